@@ -1,0 +1,210 @@
+"""CPU + GPU device pairs: the two targets, the two Relax VDevices and the runtime devices.
+
+A pair always has two *roles*: ``cpu`` (an ``llvm`` target) and ``gpu`` (``cuda``, ``opencl``,
+Adreno texture, or a second ``llvm`` device in the ``cpu-pair`` used for testing). The GPU role
+is VDevice 0 of every module we build: the Relax VM places all constants on ``devices[0]``
+(apache/tvm#17884), so the GPU (the device that holds the model's tensors between chains, as in
+CoDL) is the one that gets them for free; weights the CPU needs are lifted into parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+ROLES: tuple[str, str] = ("gpu", "cpu")
+
+# runtime device kind of each target kind (the index comes from the pair)
+_RUNTIME_KIND: dict[str, str] = {"llvm": "cpu", "cuda": "cuda", "opencl": "opencl"}
+
+
+def _host_cpu_target(num_cores: int | None = None) -> dict[str, Any]:
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    spec: dict[str, Any] = {"kind": "llvm", "mcpu": mcpu}
+    spec["num-cores"] = int(num_cores or os.cpu_count() or 1)
+    return spec
+
+
+def _detect_cuda_arch() -> str | None:
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        return None
+    return "sm_" + dev.compute_version.replace(".", "")
+
+
+_AARCH64_ANDROID: dict[str, Any] = {
+    "kind": "llvm",
+    "mtriple": "aarch64-linux-android",
+    "mattr": ["+neon"],
+}
+
+
+@dataclass(frozen=True)
+class DevicePair:
+    """A CPU target and a GPU target that co-execute one model.
+
+    Parameters
+    ----------
+    name : str
+        Preset name or a user label.
+    cpu_spec, gpu_spec : dict
+        JSON target dicts (TVM's convention) for the CPU role and the GPU role.
+    cpu_index, gpu_index : int
+        Runtime device indices (``tvm.cpu(cpu_index)``, ``tvm.cuda(gpu_index)``...).
+    """
+
+    name: str
+    cpu_spec: dict[str, Any]
+    gpu_spec: dict[str, Any]
+    cpu_index: int = 0
+    gpu_index: int = 0
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- construction -------------------------------------------------------------------
+    @staticmethod
+    def preset(name: str, *, arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+        """Build a named pair.
+
+        Parameters
+        ----------
+        name : {"cpu-pair", "x86-cuda", "android-opencl", "android-adreno", "auto"}
+            ``cpu-pair`` is llvm:0 + llvm:1 and runs anywhere; ``auto`` is ``x86-cuda`` when a
+            CUDA GPU is present, else ``cpu-pair`` (with a warning saying so).
+        arch : str, optional
+            CUDA architecture such as ``"sm_90"``; detected from the GPU when not given.
+        num_cores : int, optional
+            CPU cores the llvm target may use; defaults to this machine's count.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown device pair {name!r}; known pairs: {sorted(PRESETS)}")
+        return PRESETS[name](arch=arch, num_cores=num_cores)
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> DevicePair:
+        """Rebuild a pair from :meth:`to_json` output."""
+        try:
+            return DevicePair(
+                name=str(doc["name"]),
+                cpu_spec=dict(doc["cpu"]),
+                gpu_spec=dict(doc["gpu"]),
+                cpu_index=int(doc.get("cpu_index", 0)),
+                gpu_index=int(doc.get("gpu_index", 0)),
+            )
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"malformed device pair document: missing {err}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cpu": self.cpu_spec,
+            "gpu": self.gpu_spec,
+            "cpu_index": self.cpu_index,
+            "gpu_index": self.gpu_index,
+        }
+
+    # ---- targets and vdevices -----------------------------------------------------------
+    @property
+    def cpu_target(self) -> tvm.target.Target:
+        if "cpu_target" not in self._cache:
+            self._cache["cpu_target"] = tvm.target.Target(self.cpu_spec)
+        return self._cache["cpu_target"]
+
+    @property
+    def gpu_target(self) -> tvm.target.Target:
+        if "gpu_target" not in self._cache:
+            spec = self.gpu_spec
+            host = self.cpu_target if spec["kind"] != "llvm" else None
+            self._cache["gpu_target"] = tvm.target.Target(spec, host=host)
+        return self._cache["gpu_target"]
+
+    def target(self, role: str) -> tvm.target.Target:
+        return self.gpu_target if role == "gpu" else self.cpu_target
+
+    @property
+    def vdevices(self) -> list[relax.VDevice]:
+        """The module's VDevice list, GPU role first (index 0), CPU role second."""
+        if "vdevices" not in self._cache:
+            self._cache["vdevices"] = [
+                relax.VDevice(self.gpu_target, self.gpu_index, "global"),
+                relax.VDevice(self.cpu_target, self.cpu_index, "global"),
+            ]
+        return self._cache["vdevices"]
+
+    def vdevice(self, role: str) -> relax.VDevice:
+        return self.vdevices[ROLES.index(role)]
+
+    @property
+    def is_cpu_only(self) -> bool:
+        """True when both roles are llvm devices (the ``cpu-pair``)."""
+        return self.gpu_spec["kind"] == "llvm"
+
+    def runtime_kind(self, role: str) -> str:
+        spec = self.gpu_spec if role == "gpu" else self.cpu_spec
+        return _RUNTIME_KIND[spec["kind"]]
+
+    def runtime_index(self, role: str) -> int:
+        return self.gpu_index if role == "gpu" else self.cpu_index
+
+    def __str__(self) -> str:
+        return f"{self.name} (cpu={self.cpu_spec['kind']}:{self.cpu_index}, " + (
+            f"gpu={self.gpu_spec['kind']}:{self.gpu_index})"
+        )
+
+
+def _cpu_pair(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    spec = {"kind": "llvm", "num-cores": int(num_cores or os.cpu_count() or 1)}
+    return DevicePair("cpu-pair", dict(spec), dict(spec), cpu_index=0, gpu_index=1)
+
+
+def _x86_cuda(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    arch = arch or _detect_cuda_arch()
+    if arch is None:
+        raise ValueError(
+            "x86-cuda: no CUDA GPU here to detect the architecture from; pass arch (e.g. 'sm_90')"
+        )
+    return DevicePair("x86-cuda", _host_cpu_target(num_cores), {"kind": "cuda", "arch": arch})
+
+
+def _android_opencl(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    cpu = dict(_AARCH64_ANDROID, **({"num-cores": num_cores} if num_cores else {}))
+    return DevicePair("android-opencl", cpu, {"kind": "opencl"})
+
+
+def _android_adreno(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    cpu = dict(_AARCH64_ANDROID, **({"num-cores": num_cores} if num_cores else {}))
+    return DevicePair("android-adreno", cpu, {"kind": "opencl", "device": "adreno"})
+
+
+def _auto(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    if arch or tvm.cuda(0).exist:
+        return _x86_cuda(arch=arch, num_cores=num_cores)
+    warnings.warn("auto: no CUDA GPU found, using the cpu-pair (llvm:0 + llvm:1)", stacklevel=3)
+    return _cpu_pair(num_cores=num_cores)
+
+
+PRESETS = {
+    "cpu-pair": _cpu_pair,
+    "x86-cuda": _x86_cuda,
+    "android-opencl": _android_opencl,
+    "android-adreno": _android_adreno,
+    "auto": _auto,
+}
+
+
+def vdevice_index(vdevices: list[relax.VDevice], vdev: relax.VDevice | None) -> int | None:
+    """Position of ``vdev`` in a module's vdevice list (None when absent or unannotated).
+
+    Compared structurally: ``VDevice.same_as`` recurses forever in TVM 0.27.
+    """
+    if vdev is None:
+        return None
+    for i, cand in enumerate(vdevices):
+        if tvm_ffi.structural_equal(cand, vdev):
+            return i
+    return None

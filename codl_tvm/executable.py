@@ -1,0 +1,137 @@
+"""Compile a model for a device pair and run it: :func:`compile` and :class:`Executable`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from . import runtime
+from .device import DevicePair, vdevice_index
+from .graph import entry_function
+from .passes.lift_device_constants import LIFTED_ATTR
+from .pipeline import codl_pipeline
+from .plan import Plan, write_json_atomic
+
+
+class Executable:
+    """A co-executable model: the VM executable plus what is needed to feed it.
+
+    Use :meth:`run`, :meth:`time` and :meth:`export`; the VM is created on first use, and
+    the CPU weights are uploaded to the CPU once.
+    """
+
+    def __init__(
+        self,
+        vm_exec: Any,
+        manifest: dict[str, Any],
+        params: dict[str, np.ndarray],
+        mod: tvm.IRModule | None = None,
+    ):
+        self.vm_exec, self.manifest, self.params = vm_exec, manifest, params
+        self.mod = mod  # the lowered module, for inspection
+        self._runner: runtime.Runner | None = None
+
+    @property
+    def runner(self) -> runtime.Runner:
+        if self._runner is None:
+            self._runner = runtime.Runner(self.vm_exec, self.manifest, self.params)
+        return self._runner
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s["name"] for s in self.manifest["inputs"]]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run once; returns the outputs in model order."""
+        return self.runner.run(inputs)
+
+    def time(self, inputs: dict[str, np.ndarray], repeat: int = 20, number: int = 1) -> float:
+        """Median seconds of one inference (``time_evaluator``, one warm-up discarded)."""
+        return self.runner.time(inputs, repeat=repeat, number=number)
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Standard-normal inputs of the right names, shapes and dtypes."""
+        return runtime.random_inputs(self.manifest, seed)
+
+    def export(self, path: str | os.PathLike) -> Path:
+        """Write the artifact folder (``lib.so``, ``params.npz``, ``manifest.json``).
+
+        Everything is written into a temporary sibling folder first and renamed into place,
+        so a failed export leaves nothing behind.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+        try:
+            self.vm_exec.export_library(str(tmp / runtime.LIBRARY))
+            np.savez(tmp / runtime.PARAMS, **self.params)
+            write_json_atomic(tmp / runtime.MANIFEST, self.manifest)
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+
+def compile(  # noqa: A001 - mirrors tvm.compile
+    mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None
+) -> Executable:
+    """Partition ``mod`` by ``plan`` on ``pair`` and build it.
+
+    Parameters
+    ----------
+    mod : IRModule
+        A Relax module with a ``main`` function (e.g. from :func:`codl_tvm.load_model`).
+    pair : DevicePair
+        The CPU and GPU to run on.
+    plan : Plan, optional
+        Where each op runs; None runs the whole model on the pair's GPU.
+    """
+    if plan is not None:
+        plan.validate(mod)
+    lowered = codl_pipeline(pair, plan)(mod)
+    lifted = dict(lowered.attrs[LIFTED_ATTR]) if lowered.attrs and LIFTED_ATTR in (
+        lowered.attrs) else {}
+    if lifted:
+        lowered = lowered.without_attr(LIFTED_ATTR)
+    vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
+    params = {name: value.numpy() for name, value in lifted.items()}
+    manifest = make_manifest(mod, lowered, pair, plan, list(lifted))
+    return Executable(vm_exec, manifest, params, lowered)
+
+
+def make_manifest(
+    source: tvm.IRModule, lowered: tvm.IRModule, pair: DevicePair, plan: Plan | None,
+    lifted: list[str],
+) -> dict[str, Any]:
+    """Inputs (name, shape, dtype, device role), CPU params, devices, pair, TVM version."""
+    vdevices = list(lowered.global_infos["vdevice"])
+    params = list(entry_function(lowered).params)
+    n_inputs = len(params) - len(lifted)
+    roles = ("gpu", "cpu")
+
+    def spec(var: relax.Var) -> dict[str, Any]:
+        ty = var.ty
+        index = vdevice_index(vdevices, ty.vdevice) or 0
+        return {"name": var.name, "shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype),
+                "role": roles[index]}
+
+    return {
+        "format": runtime.ARTIFACT_FORMAT,
+        "version": runtime.ARTIFACT_VERSION,
+        "tvm_version": tvm.__version__,
+        "pair": pair.to_json(),
+        "devices": [[pair.runtime_kind(r), pair.runtime_index(r)] for r in roles],
+        "inputs": [spec(v) for v in params[:n_inputs]],
+        "params": [spec(v) for v in params[n_inputs:]],
+        "plan": plan.to_json() if plan is not None else None,
+    }

@@ -1,0 +1,85 @@
+"""Row and channel geometry of split operators (CoDL Eq. 1 and Fig. 12).
+
+All ranges are half-open ``[start, end)`` in the coordinates of the *unsplit* tensor. A window
+op (conv2d, pooling) maps output rows ``[a, b)`` to the input rows it reads; the part of that
+range outside ``[0, H)`` is the op's own zero (or -inf) padding, which stays padding: a sub-op
+pads only where the unsplit op pads, at the true borders.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Window:
+    """One spatial axis of a window op: kernel, stride, dilation and the two paddings."""
+
+    kernel: int
+    stride: int = 1
+    dilation: int = 1
+    pad_before: int = 0
+    pad_after: int = 0
+
+    @property
+    def extent(self) -> int:
+        """Rows one output row reads: ``dilation * (kernel - 1) + 1``."""
+        return self.dilation * (self.kernel - 1) + 1
+
+    def out_size(self, in_size: int, ceil_mode: bool = False) -> int:
+        span = in_size + self.pad_before + self.pad_after - self.extent
+        steps = -(-span // self.stride) if ceil_mode else span // self.stride
+        return steps + 1
+
+    def in_rows(self, out_start: int, out_end: int) -> tuple[int, int]:
+        """Unclamped input rows read by output rows ``[out_start, out_end)``.
+
+        Row ``-1`` is the last row of top padding; rows ``>= H`` are bottom padding.
+        """
+        start = out_start * self.stride - self.pad_before
+        end = (out_end - 1) * self.stride - self.pad_before + self.extent
+        return start, end
+
+
+@dataclass(frozen=True)
+class RowPart:
+    """Rows one device computes of one op in an H split.
+
+    ``out`` are the op's output rows; ``src`` the rows of its input tensor it is given (clamped
+    to the tensor); ``pad`` the zero rows added before and after ``src`` (true borders only).
+    """
+
+    out: tuple[int, int]
+    src: tuple[int, int]
+    pad: tuple[int, int]
+
+    @property
+    def rows(self) -> int:
+        return self.out[1] - self.out[0]
+
+
+def row_part(window: Window, in_size: int, out_start: int, out_end: int) -> RowPart:
+    """The input slice and paddings that compute output rows ``[out_start, out_end)``."""
+    start, end = window.in_rows(out_start, out_end)
+    lo, hi = max(0, start), min(in_size, end)
+    return RowPart((out_start, out_end), (lo, hi), (lo - start, end - hi))
+
+
+def halo_rows(window: Window, out_rows: int) -> int:
+    """CoDL Eq. 1: extra input rows a part of ``out_rows`` output rows reads beyond its share.
+
+    ``P = S * (H_O - 1) - H_I + F`` with ``H_I = S * H_O`` the rows the part would own in a
+    stride-``S`` op (``F`` the dilated kernel extent).
+    """
+    return window.stride * (out_rows - 1) - window.stride * out_rows + window.extent
+
+
+def split_count(total: int, ratio: float) -> int:
+    """Units (rows, channels, channel groups) the GPU gets for GPU share ``ratio``.
+
+    Rounded half up, so ratio 0.5 of 3 rows gives the GPU 2 rows.
+    """
+    if not 0.0 <= ratio <= 1.0 or math.isnan(ratio):
+        raise ValueError(f"ratio {ratio} is outside [0, 1]")
+    return min(total, max(0, math.floor(ratio * total + 0.5)))

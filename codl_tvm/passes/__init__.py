@@ -1,0 +1,7 @@
+"""Relax passes of codl-tvm, one pass per file."""
+
+from .bind_kernel_targets import BindKernelTargets
+from .co_execution_partition import CoExecutionPartition
+from .lift_device_constants import LiftDeviceConstants
+
+__all__ = ["BindKernelTargets", "CoExecutionPartition", "LiftDeviceConstants"]

@@ -1,0 +1,316 @@
+"""CoExecutionPartition: split planned operators into a GPU sub-op and a CPU sub-op.
+
+Each split unit (an op with its epilogue, or a chain of them) becomes, in this order::
+
+    x_cpu = to_vdevice(strided_slice(x, cpu rows + halo), cpu)   # copies first: they sync
+    y_gpu = op_gpu(strided_slice(x, gpu rows + halo))            # launch returns at once
+    y_cpu = op_cpu(x_cpu)                                        # runs while the GPU works
+    y = concat([y_gpu, to_vdevice(y_cpu, gpu)], axis)
+
+Unsplit ops run on their planned device, with ``to_vdevice`` only where the device changes.
+Run it before ``LegalizeOps``; the module gets the pair's two VDevices (GPU first).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import tvm
+from tvm import relax
+from tvm.relax import op as rop
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..device import DevicePair, vdevice_index
+from ..graph import AnchorOp, entry_function, find_anchors
+from ..plan import Plan, PlanError
+from .split_rules import RULES, Unsplittable, slice_const
+from .unit_geometry import ROLE_ORDER, h_parts, oc_parts, whole_role
+
+
+class Unit:
+    """Ops that run under one placement: one op, or a chain."""
+
+    def __init__(self, ops: list[AnchorOp], place: str, dim: str | None, ratio: float | None):
+        self.ops, self.place, self.dim, self.ratio = ops, place, dim, ratio
+
+    @property
+    def name(self) -> str:
+        return "+".join(op.op_id for op in self.ops)
+
+
+def build_units(anchors: list[AnchorOp], plan: Plan) -> list[Unit]:
+    """Group anchors into units; checks that chains are consecutive and unshared."""
+    by_id = {a.op_id: a for a in anchors}
+    units: list[Unit] = []
+    chained: set[str] = set()
+    for chain in plan.chains:
+        ops = [by_id[i] for i in chain.ops]
+        for prev, nxt in zip(ops, ops[1:]):
+            if not nxt.data.same_as(prev.out_var) or prev.out_uses != 1:
+                raise PlanError(
+                    f"chain {'+'.join(chain.ops)}: {nxt.op_id} is not the only reader of "
+                    f"{prev.op_id}'s output, so they cannot share a split"
+                )
+        units.append(Unit(ops, "split", chain.dim, chain.ratio))
+        chained.update(chain.ops)
+    for a in anchors:
+        if a.op_id not in chained:
+            p = plan.placement(a.op_id)
+            units.append(Unit([a], p.place, p.dim, p.ratio))
+    return units
+
+
+def _resolve(unit: Unit) -> Unit:
+    """Turn ratio 0/1 splits into whole placements and unsplittable ones into a GPU fallback."""
+    if unit.place != "split":
+        return unit
+    try:
+        role = whole_role(unit.ops, unit.dim, unit.ratio)
+        if role is None:
+            (h_parts if unit.dim == "H" else oc_parts)(unit.ops, unit.ratio)
+            return unit
+        if 0.0 < unit.ratio < 1.0:
+            warnings.warn(
+                f"{unit.name}: ratio {unit.ratio} leaves the other device no "
+                f"{'rows' if unit.dim == 'H' else 'channels'}; running it on the {role}",
+                stacklevel=4,
+            )
+        return Unit(unit.ops, role, None, None)
+    except Unsplittable as err:
+        warnings.warn(f"{unit.name} left unsplit on the gpu: {err}", stacklevel=4)
+        return Unit(unit.ops, "gpu", None, None)
+
+
+@mutator
+class _Partitioner(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, pair: DevicePair, units: list[Unit], io_role: str):
+        super().__init__(mod)
+        self.pair, self.io_role = pair, io_role
+        self.unit_of_last: dict[relax.Var, Unit] = {}
+        self.interior: set[relax.Var] = set()
+        for unit in units:
+            inner = [b.var for op in unit.ops for b in op.bindings]
+            self.unit_of_last[inner[-1]] = unit
+            self.interior.update(inner[:-1])
+        self.role: dict[relax.Var, str] = {}
+        self.copies: dict[tuple[relax.Var, str], relax.Var] = {}
+        self.new_params: list[relax.Var] = []
+
+    # ---- entry ----------------------------------------------------------------------------
+    def rewrite(self, func: relax.Function) -> relax.Function:
+        vdev = self.pair.vdevice(self.io_role)
+        for p in func.params:
+            ty = p.ty
+            new = relax.Var(p.name, relax.TensorType(ty.shape, ty.dtype, vdev))
+            self.set_var_remap(p, new)
+            self.role[new] = self.io_role
+            self.new_params.append(new)
+        body = self.visit_with_new_scope(func.body)
+        return relax.Function(self.new_params, body, attrs=func.attrs)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.interior:
+            return
+        unit = self.unit_of_last.get(binding.var)
+        value = self._emit_unit(unit) if unit is not None else self._default_value(binding)
+        self._bind(binding.var, value)
+
+    # ---- emission helpers -----------------------------------------------------------------
+    def _bind(self, old: relax.Var, value: relax.Expr) -> None:
+        if isinstance(old, relax.DataflowVar) or not self.builder_.current_block_is_dataflow():
+            new = self.builder_.emit(value, name_hint=old.name)
+        else:
+            new = self.builder_.emit_output(self._to_io(value), name_hint=old.name)
+        self._note_role(new, value)
+        self.set_var_remap(old, new)
+
+    def _note_role(self, var: relax.Var, value: relax.Expr) -> None:
+        role = self._role_of(value)
+        if role is not None:
+            self.role[var] = role
+
+    def _role_of(self, expr: relax.Expr) -> str | None:
+        if isinstance(expr, relax.Var):
+            return self.role.get(expr)
+        if isinstance(expr, relax.Call):
+            if isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.to_vdevice":
+                return ROLE_ORDER[_vdev_index(self.pair, expr)]
+            for arg in expr.args:
+                role = self._role_of(arg)
+                if role is not None:
+                    return role
+        if isinstance(expr, relax.Tuple):
+            for field in expr.fields:
+                role = self._role_of(field)
+                if role is not None:
+                    return role
+        if isinstance(expr, relax.TupleGetItem):
+            return self._role_of(expr.tuple_value)
+        return None
+
+    def _on(self, expr: relax.Expr, role: str) -> relax.Expr:
+        """``expr`` on ``role``'s device, copying it (once per value) if it lives elsewhere."""
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._on(f, role) for f in expr.fields])
+        current = self._role_of(expr)
+        if current is None or current == role:
+            return expr
+        if not isinstance(expr, relax.Var):
+            expr = self.builder_.emit(expr)
+            self.role[expr] = current
+        key = (expr, role)
+        if key not in self.copies:
+            copy = self.builder_.emit(rop.to_vdevice(expr, self.pair.vdevice(role)))
+            self.role[copy] = role
+            self.copies[key] = copy
+        return self.copies[key]
+
+    def _to_io(self, value: relax.Expr) -> relax.Expr:
+        if isinstance(value, relax.Tuple):
+            return relax.Tuple([self._on(f, self.io_role) for f in value.fields])
+        return self._on(value, self.io_role)
+
+    def _emit_on(self, value: relax.Expr, role: str) -> relax.Var:
+        var = self.builder_.emit(value)
+        self.role[var] = role
+        return var
+
+    # ---- unplanned ops: run where their first input lives ---------------------------------
+    def _default_value(self, binding: relax.VarBinding) -> relax.Expr:
+        value = self.visit_expr(binding.value)
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            return value
+        if value.op.name in ("relax.to_vdevice", "relax.hint_on_device"):
+            return value
+        role = self._role_of(value)
+        if role is None:
+            return value
+        args = [self._on(a, role) for a in value.args]
+        return relax.Call(value.op, args, value.attrs, value.ty_args)
+
+    # ---- planned units -------------------------------------------------------------------
+    def _emit_unit(self, unit: Unit) -> relax.Expr:
+        data = self.visit_expr(unit.ops[0].data)
+        if unit.place in ROLE_ORDER:
+            return self._emit_whole(unit, self._on(data, unit.place), unit.place)
+        if unit.dim == "H":
+            parts = h_parts(unit.ops, unit.ratio)
+            srcs = {role: parts[role][0].src for role in ROLE_ORDER}
+            head = unit.ops[0]
+            axis = RULES[head.kind].h_axis(head.call)
+            full = head.in_shape[axis]
+            inputs = {r: self._input_part(data, r, axis, srcs[r], full) for r in ROLE_ORDER}
+            outs = {r: self._emit_h_role(unit, inputs[r], parts[r], r) for r in ROLE_ORDER}
+            last = unit.ops[-1]
+            out_axis = RULES[last.kind].h_axis(last.call)
+        else:
+            parts = oc_parts(unit.ops, unit.ratio)
+            head = unit.ops[0]
+            axis = RULES[head.kind].oc_axis(head.call)
+            full = head.in_shape[axis]
+            inputs = {
+                r: self._input_part(data, r, axis, parts[r][0].src, full) for r in ROLE_ORDER
+            }
+            outs = {r: self._emit_oc_role(unit, inputs[r], parts[r], r) for r in ROLE_ORDER}
+            last = unit.ops[-1]
+            out_axis = RULES[last.kind].oc_axis(last.call)
+        merged = [outs["gpu"], self._on(outs["cpu"], "gpu")]
+        return rop.concat(merged, axis=out_axis)
+
+    def _input_part(
+        self, data: relax.Expr, role: str, axis: int, src: tuple[int, int] | None, full: int
+    ) -> relax.Expr:
+        """Slice the input on the device that holds it, then copy the slice.
+
+        Called for both roles before any sub-op is emitted, so every blocking copy comes
+        before the GPU launch."""
+        home = self._role_of(data) or self.io_role
+        part = data
+        if src is not None and src != (0, full):
+            part = self._emit_on(rop.strided_slice(data, [axis], [src[0]], [src[1]]), home)
+        return self._on(part, role)
+
+    def _emit_h_role(self, unit: Unit, data: relax.Expr, parts, role: str) -> relax.Var:
+        x = data
+        for op, part in zip(unit.ops, parts):
+            rule = RULES[op.kind]
+            x = self._emit_on(rule.h_part(op.call, x, part), role)
+            axis = rule.h_axis(op.call)
+            x = self._emit_epilogue(op, x, role, axis, part.out)
+        return x
+
+    def _emit_oc_role(self, unit: Unit, data: relax.Expr, parts, role: str) -> relax.Var:
+        x = data
+        for op, part in zip(unit.ops, parts):
+            rule = RULES[op.kind]
+            x = self._emit_on(rule.oc_part(op.call, x, part.units), role)
+            x = self._emit_epilogue(op, x, role, rule.oc_axis(op.call), part.out)
+        return x
+
+    def _emit_whole(self, unit: Unit, x: relax.Expr, role: str) -> relax.Var:
+        for op in unit.ops:
+            args = [x] + [self.visit_expr(a) for a in op.call.args[1:]]
+            x = self._emit_on(relax.Call(op.call.op, args, op.call.attrs, op.call.ty_args), role)
+            x = self._emit_epilogue(op, x, role, None, None)
+        return x
+
+    def _emit_epilogue(self, op: AnchorOp, x, role: str, axis, rng) -> relax.Var:
+        rank = len(op.out_shape)
+        prev = op.bindings[0].var
+        for b in op.bindings[1:]:
+            args = []
+            for a in b.value.args:
+                if a.same_as(prev):
+                    args.append(x)
+                elif axis is not None and isinstance(a, tvm.ir.Constant):
+                    args.append(_slice_broadcast(a, rank, axis, rng))
+                else:
+                    args.append(a)
+            x = self._emit_on(relax.Call(b.value.op, args, b.value.attrs, b.value.ty_args), role)
+            prev = b.var
+        return x
+
+
+def _slice_broadcast(const: tvm.ir.Constant, rank: int, axis: int, rng) -> relax.Expr:
+    """Slice a broadcast operand of an epilogue to the part's range on ``axis``."""
+    shape = const.value.shape
+    local = axis - (rank - len(shape))
+    if local < 0 or shape[local] == 1:
+        return const
+    return slice_const(const, local, rng[0], rng[1])
+
+
+def _vdev_index(pair: DevicePair, call: relax.Call) -> int:
+    index = vdevice_index(pair.vdevices, call.attrs.dst_vdevice)
+    if index is None:
+        raise ValueError(f"to_vdevice names a device outside the pair {pair.name}")
+    return index
+
+
+@tvm.transform.module_pass(opt_level=0, name="CoExecutionPartition")
+class CoExecutionPartition:
+    """Split the ops of ``plan`` between the CPU and the GPU of ``pair``.
+
+    Parameters
+    ----------
+    plan : Plan
+        Placement of every partitionable op (see :class:`codl_tvm.Plan`); validated against
+        the module first (same model, known ops, legal dims).
+    pair : DevicePair
+        The two devices; the module's ``vdevice`` global info is set to ``pair.vdevices``.
+    """
+
+    def __init__(self, plan: Plan, pair: DevicePair):
+        self.plan, self.pair = plan, pair
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        self.plan.validate(mod)
+        func = entry_function(mod)
+        anchors = find_anchors(func)
+        units = [_resolve(u) for u in build_units(anchors, self.plan)]
+        mod = mod.clone()
+        mod.update_global_info("vdevice", self.pair.vdevices)
+        new_func = _Partitioner(mod, self.pair, units, self.plan.io_device).rewrite(func)
+        gv = mod.get_global_var("main")
+        mod[gv] = new_func
+        return relax.transform.Normalize()(mod)

@@ -1,0 +1,84 @@
+"""What each device computes of a split unit (one op, or a chain of ops sharing one split).
+
+H: the last op's output rows are cut by the ratio (GPU on top); each op's rows are propagated
+back to the head through its window (Fig. 12 of CoDL), so inside a chain every device reads only
+rows it made itself. OC: the head's channel units are cut by the ratio and channel-local ops
+after it keep the same channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..geometry import RowPart, row_part, split_count
+from ..graph import AnchorOp
+from .split_rules import RULES, Unsplittable
+
+ROLE_ORDER: tuple[str, str] = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class ChannelPart:
+    """Channels one device computes of one op in an OC split."""
+
+    units: tuple[int, int]  # head op only: the unit range given to the rule's emitter
+    src: tuple[int, int] | None  # input channels read (None: all of them)
+    out: tuple[int, int]  # output channels produced
+
+
+def h_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[RowPart]]:
+    """Per role, the row part of every op of the unit (same order as ``ops``)."""
+    last = ops[-1]
+    rule = RULES[last.kind]
+    rows = last.out_shape[rule.h_axis(last.call)]
+    n_gpu = split_count(rows, ratio)
+    ranges = {"gpu": (0, n_gpu), "cpu": (n_gpu, rows)}
+    parts: dict[str, list[RowPart]] = {}
+    for role, out in ranges.items():
+        chain: list[RowPart] = []
+        for op in reversed(ops):
+            r = RULES[op.kind]
+            in_rows = op.in_shape[r.h_axis(op.call)]
+            part = row_part(r.window(op.call), in_rows, *out)
+            if part.src[1] <= part.src[0]:
+                raise Unsplittable(f"{op.op_id}: the {role} part reads only padding rows")
+            chain.append(part)
+            out = part.src
+        parts[role] = chain[::-1]
+    return parts
+
+
+def oc_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[ChannelPart]]:
+    """Per role, the channel part of every op of the unit (same order as ``ops``)."""
+    head = ops[0]
+    for op in ops[1:]:
+        if not RULES[op.kind].channel_local(op.call):
+            raise Unsplittable(f"{op.op_id} reads all input channels, so it cannot join an OC chain")
+    units = RULES[head.kind].units(head.call)
+    n_gpu = split_count(units.count, ratio)
+    parts: dict[str, list[ChannelPart]] = {}
+    for role, (u0, u1) in {"gpu": (0, n_gpu), "cpu": (n_gpu, units.count)}.items():
+        src = None if units.in_per is None else (u0 * units.in_per, u1 * units.in_per)
+        out = (u0 * units.out_per, u1 * units.out_per)
+        chain = [ChannelPart((u0, u1), src, out)]
+        for op in ops[1:]:
+            mult = op.out_shape[1] // op.in_shape[1]
+            chain.append(ChannelPart((out[0], out[1]), out, (out[0] * mult, out[1] * mult)))
+            out = chain[-1].out
+        parts[role] = chain
+    return parts
+
+
+def whole_role(ops: list[AnchorOp], dim: str, ratio: float) -> str | None:
+    """``"gpu"``/``"cpu"`` when the ratio gives one device everything, else None."""
+    head, last = ops[0], ops[-1]
+    if dim == "H":
+        total = last.out_shape[RULES[last.kind].h_axis(last.call)]
+    else:
+        total = RULES[head.kind].units(head.call).count
+    n_gpu = split_count(total, ratio)
+    if n_gpu == total:
+        return "gpu"
+    if n_gpu == 0:
+        return "cpu"
+    return None

@@ -1,0 +1,249 @@
+"""Partition plans: a versioned JSON document saying where each operator runs.
+
+Example::
+
+    {
+      "format": "codl-tvm-plan", "version": 1,
+      "model": {"fingerprint": "3f1c...", "num_ops": 12},
+      "io_device": "gpu",
+      "ops": {
+        "conv2d_0": {"place": "split", "dim": "H", "ratio": 0.7},
+        "conv2d_1": {"place": "gpu"},
+        "max_pool2d_0": {"place": "split", "dim": "H", "ratio": 0.7}
+      },
+      "chains": [{"ops": ["conv2d_0", "max_pool2d_0"], "dim": "H", "ratio": 0.7}]
+    }
+
+``ratio`` is the GPU's share of the split dimension (rounded to whole rows/channels). Ops the
+plan does not name run on the GPU. A chain is a run of consecutive ops that share one split, so
+data crosses devices only at the chain's ends (CoDL section 4.2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+from .graph import entry_function, find_anchors, fingerprint
+
+FORMAT = "codl-tvm-plan"
+VERSION = 1
+PLACES = ("cpu", "gpu", "split")
+DIMS = ("H", "OC")
+# which dims each op kind can be split on ("H" = output rows, "OC" = output channels/columns)
+SPLIT_DIMS: dict[str, tuple[str, ...]] = {
+    "conv2d": ("H", "OC"),
+    "matmul": ("H", "OC"),
+    "max_pool2d": ("H", "OC"),
+    "avg_pool2d": ("H", "OC"),
+}
+
+
+class PlanError(ValueError):
+    """A plan that does not fit its model or is malformed."""
+
+
+@dataclass
+class OpPlacement:
+    place: str = "gpu"
+    dim: str | None = None
+    ratio: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"place": self.place}
+        if self.place == "split":
+            doc.update(dim=self.dim, ratio=self.ratio)
+        return doc
+
+
+@dataclass
+class Chain:
+    ops: list[str]
+    dim: str
+    ratio: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ops": list(self.ops), "dim": self.dim, "ratio": self.ratio}
+
+
+@dataclass
+class Plan:
+    """Where each partitionable op of one model runs.
+
+    Attributes
+    ----------
+    ops : dict[str, OpPlacement]
+        Placement by op id (ids from :func:`codl_tvm.graph.list_ops`).
+    chains : list[Chain]
+        Runs of consecutive split ops sharing one dim and ratio.
+    fingerprint : str or None
+        Hash of the model's op shapes; a plan for another model is rejected.
+    io_device : {"gpu", "cpu"}
+        Device that holds the model's inputs and outputs.
+    """
+
+    ops: dict[str, OpPlacement] = field(default_factory=dict)
+    chains: list[Chain] = field(default_factory=list)
+    fingerprint: str | None = None
+    num_ops: int | None = None
+    io_device: str = "gpu"
+
+    # ---- constructors -------------------------------------------------------------------
+    @classmethod
+    def uniform(cls, mod: tvm.IRModule, dim: str, ratio: float, chain: bool = False) -> Plan:
+        """Split every op that can be split on ``dim`` at ``ratio``.
+
+        With ``chain=True``, maximal runs of consecutive ops (each feeding only the next)
+        become chains.
+        """
+        anchors = find_anchors(entry_function(mod))
+        _check_ratio("uniform", ratio)
+        plan = cls(fingerprint=fingerprint(anchors), num_ops=len(anchors))
+        for a in anchors:
+            if dim in SPLIT_DIMS[a.kind]:
+                plan.ops[a.op_id] = OpPlacement("split", dim, float(ratio))
+        if chain:
+            from .chains import consecutive_runs  # local: chains imports plan
+
+            for run in consecutive_runs(mod, dim, [a.op_id for a in anchors]):
+                if len(run) > 1:
+                    plan.chains.append(Chain(run, dim, float(ratio)))
+        return plan
+
+    @classmethod
+    def single(cls, mod: tvm.IRModule, place: str) -> Plan:
+        """Every op on one processor (``"cpu"`` or ``"gpu"``), inputs and outputs there too."""
+        if place not in ("cpu", "gpu"):
+            raise PlanError(f"single-device plan needs 'cpu' or 'gpu', got {place!r}")
+        anchors = find_anchors(entry_function(mod))
+        plan = cls(fingerprint=fingerprint(anchors), num_ops=len(anchors), io_device=place)
+        plan.ops = {a.op_id: OpPlacement(place) for a in anchors}
+        return plan
+
+    # ---- JSON ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model": {"fingerprint": self.fingerprint, "num_ops": self.num_ops},
+            "io_device": self.io_device,
+            "ops": {k: v.to_json() for k, v in self.ops.items()},
+            "chains": [c.to_json() for c in self.chains],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "plan") -> Plan:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise PlanError(f"{source}: not a codl-tvm plan (missing format {FORMAT!r})")
+        if doc.get("version") != VERSION:
+            raise PlanError(f"{source}: plan version {doc.get('version')!r}, expected {VERSION}")
+        model = doc.get("model") or {}
+        plan = cls(
+            fingerprint=model.get("fingerprint"),
+            num_ops=model.get("num_ops"),
+            io_device=doc.get("io_device", "gpu"),
+        )
+        if plan.io_device not in ("cpu", "gpu"):
+            raise PlanError(f"{source}: io_device must be 'cpu' or 'gpu'")
+        for op_id, entry in (doc.get("ops") or {}).items():
+            plan.ops[op_id] = _placement_from_json(op_id, entry, source)
+        for i, entry in enumerate(doc.get("chains") or []):
+            plan.chains.append(_chain_from_json(i, entry, source))
+        return plan
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Plan:
+        """Read a plan file; a malformed file raises :class:`PlanError` naming the problem."""
+        try:
+            doc = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise PlanError(f"plan file {path} does not exist") from None
+        except json.JSONDecodeError as err:
+            raise PlanError(f"plan file {path} is not valid JSON: {err}") from None
+        return cls.from_json(doc, source=str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the plan atomically (a temp file renamed over ``path``)."""
+        write_json_atomic(path, self.to_json())
+
+    # ---- queries ------------------------------------------------------------------------
+    def placement(self, op_id: str) -> OpPlacement:
+        return self.ops.get(op_id, OpPlacement("gpu"))
+
+    def chain_of(self, op_id: str) -> Chain | None:
+        for chain in self.chains:
+            if op_id in chain.ops:
+                return chain
+        return None
+
+    def validate(self, mod: tvm.IRModule) -> None:
+        """Check the plan against ``mod``: same model, known ops, legal dims and chains."""
+        anchors = find_anchors(entry_function(mod))
+        kinds = {a.op_id: a.kind for a in anchors}
+        if self.fingerprint is not None and self.fingerprint != fingerprint(anchors):
+            raise PlanError(
+                "plan was made for a different model (fingerprint "
+                f"{self.fingerprint} != {fingerprint(anchors)}); make a new plan for this model"
+            )
+        for op_id, p in self.ops.items():
+            if op_id not in kinds:
+                raise PlanError(f"plan names unknown op {op_id!r}; the model has {sorted(kinds)}")
+            if p.place == "split" and p.dim not in SPLIT_DIMS[kinds[op_id]]:
+                raise PlanError(f"op {op_id} ({kinds[op_id]}) cannot be split on dim {p.dim!r}")
+        seen: set[str] = set()
+        for chain in self.chains:
+            for op_id in chain.ops:
+                if op_id not in kinds:
+                    raise PlanError(f"chain names unknown op {op_id!r}")
+                if op_id in seen:
+                    raise PlanError(f"op {op_id} is in more than one chain")
+                seen.add(op_id)
+
+
+def _check_ratio(op_id: str, ratio: Any) -> float:
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or math.isnan(ratio):
+        raise PlanError(f"op {op_id}: ratio must be a number in [0, 1], got {ratio!r}")
+    if not 0.0 <= ratio <= 1.0:
+        raise PlanError(f"op {op_id}: ratio {ratio} is outside [0, 1]")
+    return float(ratio)
+
+
+def _placement_from_json(op_id: str, entry: Any, source: str) -> OpPlacement:
+    if not isinstance(entry, dict) or entry.get("place") not in PLACES:
+        raise PlanError(f"{source}: op {op_id}: 'place' must be one of {PLACES}")
+    if entry["place"] != "split":
+        return OpPlacement(entry["place"])
+    if entry.get("dim") not in DIMS:
+        raise PlanError(f"{source}: op {op_id}: split 'dim' must be one of {DIMS}")
+    return OpPlacement("split", entry["dim"], _check_ratio(op_id, entry.get("ratio")))
+
+
+def _chain_from_json(i: int, entry: Any, source: str) -> Chain:
+    ops = entry.get("ops") if isinstance(entry, dict) else None
+    if not isinstance(ops, list) or len(ops) < 2 or not all(isinstance(o, str) for o in ops):
+        raise PlanError(f"{source}: chain {i}: 'ops' must list at least two op ids")
+    if entry.get("dim") not in DIMS:
+        raise PlanError(f"{source}: chain {i}: 'dim' must be one of {DIMS}")
+    return Chain(list(ops), entry["dim"], _check_ratio(f"chain {i}", entry.get("ratio")))
+
+
+def write_json_atomic(path: str | os.PathLike, doc: Any) -> None:
+    """Write ``doc`` as JSON to ``path`` through a temp file, so no half-written file remains."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,208 @@
+"""What every predictor shares: fitting on sample rows, Eq. 2 composition, JSON files."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
+from codl_tvm.predictor.sharing import SharingModel
+
+FORMAT_VERSION = 1
+RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
+REGISTRY: dict[str, type[BasePredictor]] = {}
+
+
+class PredictorFileError(ValueError):
+    """A predictor file that is not one this version can load."""
+
+
+class OutOfRangeWarning(UserWarning):
+    """A prediction for a shape outside the range the predictor was trained on."""
+
+
+def sub_spec(row: dict[str, Any]) -> OpSpec:
+    """The sub-op a compute sample row measured."""
+    _, left, _, right = (int(p) for p in str(row["padding"]).split(":"))
+    groups = row["groups"]
+    if groups > 1:  # channel parts keep whole groups
+        groups = row["sub_IC"] // (row["IC"] // groups)
+    pad = (row["sub_pad_top"], left, row["sub_pad_bottom"], right)
+    return OpSpec(
+        row["op"], row["sub_H"], row["sub_W"], row["sub_IC"], row["sub_OC"], row["KH"],
+        row["KW"], row["SH"], row["SW"], pad, row["dilation"], groups,
+    )  # fmt: skip
+
+
+def round_floats(v: Any, digits: int = 5) -> Any:
+    if isinstance(v, dict):
+        return {k: round_floats(x, digits) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [round_floats(x, digits) for x in v]
+    if isinstance(v, float):
+        return float(f"{v:.{digits}g}")
+    return v
+
+
+class BasePredictor(BaseEstimator, RegressorMixin):
+    """A latency predictor of one device pair: kernels per processor plus sharing costs.
+
+    ``fit(X)`` takes sample rows (``codl_tvm.profiler.read_samples``); ``y`` defaults to their
+    ``latency_us``. ``predict(X)`` returns microseconds per row. ``predict_op`` gives CoDL's
+    Eq. 2 for one op, dim, ratio and chain flag.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.kind:
+            REGISTRY[cls.kind] = cls
+
+    # ---- to implement -------------------------------------------------------------------
+    def _fit_kernels(self, rows: list[dict[str, Any]], y: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _kernel_us(self, role: str, sub: OpSpec, algorithm: str | None) -> float:
+        raise NotImplementedError
+
+    def _model_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _load_model(self, doc: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    # ---- sklearn API --------------------------------------------------------------------
+    def fit(self, X: Sequence[dict[str, Any]], y: Sequence[float] | None = None) -> BasePredictor:
+        rows = list(X)
+        if not rows:
+            raise ValueError("no samples to fit")
+        pairs = {r["pair"] for r in rows}
+        if len(pairs) != 1:
+            raise ValueError(f"samples of several device pairs {sorted(pairs)}; fit one pair")
+        yv = np.asarray([r["latency_us"] for r in rows] if y is None else y, dtype=float)
+        comp = [i for i, r in enumerate(rows) if r["op"] not in SHARING_KINDS]
+        if not comp:
+            raise ValueError("no compute samples to fit")
+        self.pair_ = rows[0]["pair"]
+        self._fit_kernels([rows[i] for i in comp], yv[comp])
+        self.sharing_ = SharingModel().fit([r for r in rows if r["op"] in SHARING_KINDS])
+        self.range_ = self._ranges([rows[i] for i in comp])
+        self._warned: set[str] = set()
+        return self
+
+    def predict(self, X: Sequence[dict[str, Any]]) -> np.ndarray:
+        out = []
+        for r in X:
+            if r["op"] in SHARING_KINDS:
+                out.append(self.sharing_.cost(r["op"], r["role"], r["bytes"]))
+            else:
+                out.append(self._kernel_us(r["role"], sub_spec(r), r["algorithm"]))
+        return np.asarray(out, dtype=float)
+
+    # ---- the planner's API --------------------------------------------------------------
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        """Predicted latency of ``sub`` run alone on ``role`` (warns outside the trained range)."""
+        self._check_range(role, sub)
+        return self._kernel_us(role, sub, None)
+
+    def predict_op(self, op: OpSpec, dim: str, ratio: float, chain: bool = False) -> dict[str, float]:
+        """CoDL Eq. 2 for ``op`` split on ``dim`` with GPU share ``ratio``.
+
+        Returns
+        -------
+        dict
+            ``cpu_us``, ``gpu_us`` (computation of each part, 0 for an empty part),
+            ``share_us`` (transfers, slices, concat; 0 when ``chain``) and
+            ``total_us = share_us + max(cpu_us, gpu_us)``.
+        """
+        parts = {role: op.part(role, dim, ratio) for role in ("cpu", "gpu")}
+        t = {f"{r}_us": (self.kernel_us(r, s) if s is not None else 0.0) for r, s in parts.items()}
+        t["share_us"] = self.sharing_.op_cost(op, dim, ratio, chain)
+        t["total_us"] = t["share_us"] + max(t["cpu_us"], t["gpu_us"])
+        return t
+
+    # ---- range --------------------------------------------------------------------------
+    @staticmethod
+    def _ranges(rows: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
+        out: dict[str, list[list[int]]] = {}
+        for role in ("gpu", "cpu"):
+            specs = [sub_spec(r) for r in rows if r["role"] == role]
+            if specs:
+                vals = [[getattr(s, f) for s in specs] for f in RANGE_FIELDS]
+                out[role] = [[min(v), max(v)] for v in vals]
+        return out
+
+    def _check_range(self, role: str, sub: OpSpec) -> None:
+        if role not in self.range_:
+            raise ValueError(f"predictor of {self.pair_!r} has no samples for processor {role!r}")
+        for field, (lo, hi) in zip(RANGE_FIELDS, self.range_[role]):
+            val = getattr(sub, field)
+            key = f"{role}.{field}"
+            if not lo <= val <= hi and key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(
+                    f"{sub.kind} on {role}: {field}={val} is outside the trained range "
+                    f"[{lo}, {hi}] of this {self.kind} predictor; the prediction extrapolates",
+                    OutOfRangeWarning,
+                    stacklevel=3,
+                )
+
+    # ---- files --------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "version": FORMAT_VERSION,
+            "pair": self.pair_,
+            "params": self.get_params(),
+            "range": self.range_,
+            "sharing": self.sharing_.to_json(),
+            "model": round_floats(self._model_json()),
+        }
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the compact JSON document (all the predictor is)."""
+        return len(json.dumps(self.to_json(), separators=(",", ":")))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> BasePredictor:
+        obj = cls(**doc.get("params", {}))
+        obj.pair_, obj.range_ = doc["pair"], doc["range"]
+        obj.sharing_ = SharingModel(doc["sharing"])
+        obj._warned = set()
+        obj._load_model(doc["model"])
+        return obj
+
+
+def load(path: str | Path) -> BasePredictor:
+    """Load a predictor saved with ``save``; wrong kind or version is a clear error."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise PredictorFileError(f"{path}: not a predictor JSON file ({err})") from None
+    if not isinstance(doc, dict) or "kind" not in doc:
+        raise PredictorFileError(f"{path}: not a predictor file (no 'kind')")
+    if doc["kind"] not in REGISTRY:
+        raise PredictorFileError(
+            f"{path}: unknown predictor kind {doc['kind']!r}; known: {sorted(REGISTRY)}"
+        )
+    if doc.get("version") != FORMAT_VERSION:
+        raise PredictorFileError(
+            f"{path}: predictor format version {doc.get('version')!r}, this codl-tvm reads "
+            f"version {FORMAT_VERSION}; retrain it with `codl-tvm train`"
+        )
+    try:
+        return REGISTRY[doc["kind"]].from_json(doc)
+    except (KeyError, TypeError, ValueError) as err:
+        raise PredictorFileError(f"{path}: malformed {doc['kind']} predictor ({err!r})") from None

@@ -1,0 +1,83 @@
+"""Data-sharing cost model (CoDL Eq. 2, section 5.1): copies linear in bytes, sync a constant.
+
+Every ``to_vdevice`` is one full synchronisation plus a copy, so a transfer costs
+``sync_us + slope * bytes``; slicing and concatenation on either processor cost
+``a + b * bytes`` of the bytes they write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from codl_tvm.predictor.opspec import OpSpec
+
+TRANSFERS = ("to_cpu", "to_gpu")
+COPIES = ("slice", "concat")
+
+
+def _rel_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares on relative error: minimise sum(((a @ c) - y) / y) ** 2."""
+    coef, *_ = np.linalg.lstsq(a / y[:, None], np.ones_like(y), rcond=None)
+    return coef
+
+
+class SharingModel:
+    """Learned sharing costs of one device pair (fit on the sharing rows of a samples file)."""
+
+    def __init__(self, params: dict[str, Any] | None = None) -> None:
+        self.params = params or {}
+
+    def fit(self, rows: Sequence[dict[str, Any]]) -> SharingModel:
+        sync = [r["latency_us"] for r in rows if r["op"] == "sync"]
+        params: dict[str, Any] = {"sync_us": float(np.median(sync)) if sync else 0.0}
+        for op in TRANSFERS:
+            mine = [r for r in rows if r["op"] == op]
+            if mine:
+                b = np.array([[r["bytes"]] for r in mine], dtype=float)
+                y = np.array([max(r["latency_us"] - params["sync_us"], 1e-3) for r in mine])
+                params[op] = [params["sync_us"], max(float(_rel_lstsq(b, y)[0]), 0.0)]
+        for op in COPIES:
+            for role in ("gpu", "cpu"):
+                mine = [r for r in rows if r["op"] == op and r["role"] == role]
+                if mine:
+                    a = np.array([[1.0, r["bytes"]] for r in mine])
+                    y = np.array([r["latency_us"] for r in mine])
+                    params[f"{op}_{role}"] = [float(v) for v in _rel_lstsq(a, y)]
+        self.params = params
+        return self
+
+    def cost(self, op: str, role: str, nbytes: float) -> float:
+        key = op if op in TRANSFERS or op == "sync" else f"{op}_{role}"
+        if key == "sync":
+            return self.params.get("sync_us", 0.0)
+        if key not in self.params:
+            raise ValueError(
+                f"the predictor has no sharing samples for {key!r}; profile without --no-sharing"
+            )
+        a, b = self.params[key]
+        return max(a + b * nbytes, 0.0)
+
+    def op_cost(self, spec: OpSpec, dim: str, ratio: float, chain: bool) -> float:
+        """Sharing cost of one op split at ``ratio`` (0 inside a chain or on the GPU alone)."""
+        cpu = spec.part("cpu", dim, ratio)
+        if chain or cpu is None:
+            return 0.0
+        total = self.cost("to_cpu", "cpu", cpu.in_bytes) + self.cost("to_gpu", "gpu", cpu.out_bytes)
+        gpu = spec.part("gpu", dim, ratio)
+        if gpu is None:
+            return total
+        if dim == "H":  # each part reads its own rows (+ halo) of the shared input
+            total += self.cost("slice", "gpu", cpu.in_bytes) + self.cost("slice", "gpu", gpu.in_bytes)
+        return total + self.cost("concat", "gpu", spec.out_bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _round(v) for k, v in self.params.items()}
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return float(f"{v:.5g}")

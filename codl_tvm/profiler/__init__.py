@@ -1,0 +1,92 @@
+"""Profiling of sub-op kernels and sharing costs on a device pair (CoDL section 6).
+
+Three ways, one sample format (:mod:`codl_tvm.profiler.schema`):
+
+- local: :func:`profile` measures here;
+- TVM RPC: :func:`profile` with ``rpc="host:port"`` or ``tracker="host:port", key=KEY``;
+- offline bundle: :func:`codl_tvm.profiler.bundle.build_bundle` compiles here into a folder,
+  ``bundle_runner.py`` (runtime-only TVM) measures it anywhere and writes the CSV.
+
+Heavy TVM imports happen inside the functions so that ``bundle_runner`` stays runtime-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from codl_tvm.profiler.schema import COLUMNS, SampleError, read_samples
+
+__all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
+
+QUICK = {"n_specs": 40, "grid": "quick", "max_flops": 2e7, "n_sizes": 6}
+FULL = {"n_specs": 400, "grid": "full", "max_flops": 2e8, "n_sizes": 10}
+
+
+def make_jobs(
+    quick: bool = False,
+    workloads: Sequence[str | Path] = (),
+    n_specs: int | None = None,
+    max_flops: float | None = None,
+    seed: int = 0,
+    sharing: bool = True,
+    max_share_bytes: int = 64 << 20,
+) -> list[Any]:
+    """The jobs of one profiling run.
+
+    Parameters
+    ----------
+    quick : bool
+        A few hundred cheap samples (3 shares per dim, small ops) instead of the full set.
+    workloads : list of path
+        Workload CSVs (format of ``shared/workloads/conv2d.csv``); when given, their shapes are
+        measured (both processors, both dims, the 0.1..1.0 grid) instead of random ones.
+    n_specs, max_flops : optional
+        Random ops to draw from CoDL's ranges and the FLOPs cap of each.
+    """
+    from codl_tvm.profiler import space
+
+    cfg = QUICK if quick else FULL
+    grid = space.QUICK_GRID if cfg["grid"] == "quick" else space.FULL_GRID
+    if workloads:
+        specs: list[Any] = [item for path in workloads for item in space.workload_specs(path)]
+        grid = space.FULL_GRID
+    else:
+        specs = space.sample_specs(
+            n_specs or cfg["n_specs"], seed, max_flops or cfg["max_flops"]
+        )
+    jobs = space.compute_jobs(specs, grid)
+    if sharing:
+        jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)
+    return jobs
+
+
+def profile(
+    pair: str | Any,
+    output: str | Path,
+    quick: bool = False,
+    workloads: Sequence[str | Path] = (),
+    rpc: str | None = None,
+    tracker: str | None = None,
+    key: str | None = None,
+    arch: str | None = None,
+    progress: bool = True,
+    jobs: Sequence[Any] | None = None,
+    **job_options: Any,
+) -> dict[str, int]:
+    """Measure a pair's kernels (locally or over RPC) into ``output``; resumes a partial file.
+
+    Returns
+    -------
+    dict
+        ``measured`` rows written now and ``resumed`` rows already in the file.
+    """
+    from codl_tvm.device import DevicePair
+    from codl_tvm.profiler.measure import Session, measure
+
+    pair = pair if isinstance(pair, DevicePair) else DevicePair.preset(pair, arch=arch)
+    if jobs is None:
+        jobs = make_jobs(quick=quick, workloads=workloads, **job_options)
+    session = Session(rpc=rpc, tracker=tracker, key=key)
+    return measure(pair, jobs, output, session, progress=progress)

@@ -1,0 +1,95 @@
+"""Offline bundle: compile every kernel here, measure anywhere with ``bundle_runner.py``.
+
+A bundle is a folder with ``libN.so`` (exported VM executables, one per batch of jobs) and
+``manifest.json``::
+
+    {"version": 1, "pair": {...DevicePair.to_json()...}, "cuda_arch": "sm_90" | null,
+     "columns": [...schema.COLUMNS], "key_columns": [...],
+     "libs": [{"file": "lib0.so", "role": "gpu" | "cpu" | null, "devices": [["cuda", 0], ...],
+               "entries": [{"name": "conv2d_3", "inputs": [[1, 64, 52, 52], ...],
+                            "input_devices": [0, 0], "timer_device": 0, "flops": 123,
+                            "row": {...every CSV column but the measured ones...}}]}]}
+
+Libraries come GPU first, then transfers, then CPU, each cheapest first, so a run cut short by
+its deadline has measured the most rows it could.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from codl_tvm.device import DevicePair
+from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
+from codl_tvm.profiler.kernels import build_role_module, build_transfer_module, compile_module
+from codl_tvm.profiler.measure import entry_placement, entry_row, lib_devices, plan_batches
+from codl_tvm.profiler.schema import COLUMNS, KEY_COLUMNS
+from codl_tvm.profiler.space import Job
+
+_ROLE_ORDER = {"gpu": 0, None: 1, "cpu": 2}
+
+
+def build_bundle(
+    pair: DevicePair,
+    jobs: Sequence[Job],
+    out_dir: str | Path,
+    batch_size: int = 48,
+    max_bytes: int = 40 << 20,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Compile ``jobs`` for ``pair`` into ``out_dir``; returns the manifest.
+
+    Stops adding libraries once the folder would pass ``max_bytes`` (the rest is reported in
+    the manifest's ``left_out``). The folder is written under a temporary name and renamed at
+    the end, so a failed build leaves no half bundle behind.
+    """
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    batches = sorted(plan_batches(jobs, batch_size), key=lambda b: _ROLE_ORDER[b[0]])
+    libs: list[dict[str, Any]] = []
+    total, left_out = 0, 0
+    for n, (role, batch) in enumerate(tqdm(batches, desc="bundle", disable=not progress)):
+        if total >= max_bytes:
+            left_out += len(batch)
+            continue
+        if role is None:
+            mod, entries = build_transfer_module(batch, pair)
+        else:
+            mod, entries = build_role_module(batch, pair, role)
+        name = f"lib{n}.so"
+        compile_module(mod, pair, role).export_library(str(tmp / name))
+        total += (tmp / name).stat().st_size
+        libs.append(_lib_doc(name, role, pair, entries))
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "pair": pair.to_json(),
+        "cuda_arch": pair.gpu_spec.get("arch") if pair.gpu_spec["kind"] == "cuda" else None,
+        "columns": list(COLUMNS),
+        "key_columns": list(KEY_COLUMNS),
+        "libs": libs,
+        "size_bytes": total,
+        "left_out": left_out,
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return manifest
+
+
+def _lib_doc(name: str, role: str | None, pair: DevicePair, entries: list) -> dict[str, Any]:
+    docs = []
+    for entry in entries:
+        in_devs, timer = entry_placement(entry, role)
+        docs.append({
+            "name": entry.name, "inputs": [list(s) for s in entry.inputs],
+            "input_devices": in_devs, "timer_device": timer, "flops": entry.job.flops,
+            "row": entry_row(entry, pair),
+        })  # fmt: skip
+    return {"file": name, "role": role, "devices": lib_devices(pair, role), "entries": docs}

@@ -1,0 +1,219 @@
+"""What to measure: jobs from CoDL's sampling ranges, from workload files, and sharing costs."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codl_tvm.predictor.opspec import (
+    BYTES_PER_ELEM,
+    SPLIT_DIMS,
+    OpSpec,
+    conv_kind,
+    same_padding,
+)
+from codl_tvm.profiler.schema import row_key, target_json
+
+# CoDL section 6: HW (1, 640), IC (3, 4096), OC (32, 4096), F (1, 7), S (1, 2)
+CODL_RANGES: dict[str, tuple[int, int]] = {
+    "HW": (1, 640),
+    "IC": (3, 4096),
+    "OC": (32, 4096),
+    "K": (1, 7),
+    "S": (1, 2),
+}
+KIND_WEIGHTS: dict[str, float] = {
+    "conv2d": 0.5,
+    "depthwise": 0.12,
+    "dense": 0.1,
+    "pool_max": 0.1,
+    "pool_avg": 0.08,
+    "elementwise": 0.1,
+}
+FULL_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
+QUICK_GRID: tuple[float, ...] = (0.3, 0.6, 1.0)
+SHARING_OPS: tuple[str, ...] = ("to_cpu", "to_gpu", "slice", "concat")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel to measure on one processor.
+
+    Compute jobs run ``spec.part(role, dim, ratio)``; sharing jobs (``op`` in to_cpu, to_gpu,
+    slice, concat, sync) move or copy a ``(1, C, H, W)`` float32 tensor, ``shape = (C, H, W)``.
+    """
+
+    role: str
+    op: str
+    spec: OpSpec | None = None
+    dim: str = "-"
+    ratio: float = 1.0
+    shape: tuple[int, int, int] = (1, 1, 1)
+    model: str = "random"
+
+    @property
+    def sub(self) -> OpSpec:
+        assert self.spec is not None
+        sub = self.spec.part(self.role, self.dim, self.ratio)
+        if sub is None:
+            raise ValueError(f"{self}: empty part")
+        return sub
+
+    @property
+    def share(self) -> float:
+        """The fraction of the op this processor runs."""
+        return self.ratio if self.role == "gpu" else 1.0 - self.ratio
+
+    @property
+    def flops(self) -> int:
+        return self.sub.flops if self.spec is not None else math.prod(self.shape)
+
+    def row(self, pair_name: str, target: dict[str, Any]) -> dict[str, Any]:
+        """The CSV row of this job, without the measured and blocking columns."""
+        if self.spec is None:
+            c, h, w = self.shape
+            full = sub = OpSpec("elementwise", h, w, c, c)
+            nbytes = c * h * w * BYTES_PER_ELEM
+        else:
+            full, sub = self.spec, self.sub
+            nbytes = sub.out_bytes
+        return {
+            "pair": pair_name, "role": self.role, "target": target_json(target), "op": self.op,
+            "H": full.H, "W": full.W, "IC": full.IC, "OC": full.OC, "KH": full.KH, "KW": full.KW,
+            "SH": full.SH, "SW": full.SW, "padding": ":".join(map(str, full.pad)),
+            "dilation": full.dilation, "groups": full.groups, "dim": self.dim,
+            "ratio": round(self.ratio, 4), "sub_H": sub.H, "sub_W": sub.W, "sub_IC": sub.IC,
+            "sub_OC": sub.OC, "sub_pad_top": sub.pad[0], "sub_pad_bottom": sub.pad[2],
+            "sub_out": sub.out_elems, "bytes": nbytes, "model": self.model,
+        }  # fmt: skip
+
+    def key(self, pair_name: str) -> tuple[str, ...]:
+        return row_key(self.row(pair_name, {}))
+
+
+def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def random_spec(rng: np.random.Generator, kind: str) -> OpSpec:
+    """One op of ``kind`` with sizes drawn log-uniformly from CoDL's ranges."""
+    hw = _log_uniform(rng, *CODL_RANGES["HW"])
+    ic = _log_uniform(rng, *CODL_RANGES["IC"])
+    oc = _log_uniform(rng, *CODL_RANGES["OC"])
+    k = int(rng.integers(CODL_RANGES["K"][0], CODL_RANGES["K"][1] + 1))
+    s = int(rng.integers(1, 3))
+    if kind == "dense":
+        return OpSpec("dense", 1, 1, ic, oc)
+    if kind == "elementwise":
+        return OpSpec("elementwise", hw, hw, ic, ic)
+    k = min(k, hw)
+    if kind in ("pool_max", "pool_avg"):
+        k = min(int(rng.choice([2, 3])), hw)
+        return OpSpec(kind, hw, hw, ic, ic, k, k, s if k > 1 else 1, s if k > 1 else 1)
+    p = k // 2
+    if kind == "depthwise":
+        return OpSpec("depthwise", hw, hw, ic, ic, k, k, s, s, (p, p, p, p), groups=ic)
+    return OpSpec("conv2d", hw, hw, ic, oc, k, k, s, s, (p, p, p, p))
+
+
+def sample_specs(
+    n: int, seed: int = 0, max_flops: float = 5e7, kinds: Sequence[str] | None = None
+) -> list[OpSpec]:
+    """``n`` random ops in CoDL's ranges with at most ``max_flops`` each (cheap to measure)."""
+    rng = np.random.default_rng(seed)
+    names = list(kinds or KIND_WEIGHTS)
+    weights = np.array([KIND_WEIGHTS[k] for k in names])
+    specs: list[OpSpec] = []
+    for _ in range(200 * n):
+        if len(specs) >= n:
+            break
+        kind = str(rng.choice(names, p=weights / weights.sum()))
+        try:
+            spec = random_spec(rng, kind)
+        except ValueError:
+            continue
+        if spec.flops <= max_flops:
+            specs.append(spec)
+    return specs
+
+
+def _int(row: dict[str, str], col: str, default: int = 0) -> int:
+    return int(float(row[col])) if row.get(col, "") not in ("", None) else default
+
+
+def workload_specs(path: str | Path) -> list[tuple[str, OpSpec]]:
+    """(CNN name, op) for each row of a workload CSV (conv2d.csv, pool2d.csv or dense.csv)."""
+    path = Path(path)
+    out: list[tuple[str, OpSpec]] = []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = set(reader.fieldnames or [])
+        for need in ("CNN", "IH", "IW", "IC", "OC", "KH", "KW"):
+            if need not in cols:
+                raise ValueError(f"{path}: not a workload file, column {need!r} is missing")
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                out.append((row["CNN"], _workload_spec(row, cols)))
+            except (ValueError, KeyError) as err:
+                raise ValueError(f"{path}:{lineno}: {err}") from None
+    return out
+
+
+def _workload_spec(row: dict[str, str], cols: set[str]) -> OpSpec:
+    ih, iw, ic, oc = (_int(row, c) for c in ("IH", "IW", "IC", "OC"))
+    kh, kw = _int(row, "KH", 1), _int(row, "KW", 1)
+    if "SH" not in cols:  # dense.csv: flatten then dense
+        return OpSpec("dense", 1, 1, ih * iw * ic, oc)
+    sh, sw = _int(row, "SH", 1), _int(row, "SW", 1)
+    dh, dw = _int(row, "DH", 1) or 1, _int(row, "DW", 1) or 1
+    if dh != dw:
+        raise ValueError(f"dilation {dh}x{dw}: only equal dilations are supported")
+    same = _int(row, "PT", _int(row, "PAT", 0)) == 1
+    ph, pw = _int(row, "PH"), _int(row, "PW")
+    pt, pb = same_padding(ih, kh, sh, dh) if same else (0, 0)
+    pl, pr = same_padding(iw, kw, sw, dh) if same else (0, 0)
+    pad = (pt + ph, pl + pw, pb + ph, pr + pw)
+    if "POT" in cols:
+        kind = "pool_max" if _int(row, "POT") == 2 else "pool_avg"
+        return OpSpec(kind, ih, iw, ic, ic, kh, kw, sh, sw, pad, dh)
+    return OpSpec(conv_kind(ic, oc, 1), ih, iw, ic, oc, kh, kw, sh, sw, pad, dh)
+
+
+def compute_jobs(
+    specs: Iterable[OpSpec | tuple[str, OpSpec]],
+    grid: Sequence[float] = FULL_GRID,
+    roles: Sequence[str] = ("gpu", "cpu"),
+) -> list[Job]:
+    """Each processor runs its share ``s`` of the grid on each dim (plan ratio ``s`` / ``1-s``)."""
+    jobs: dict[tuple, Job] = {}
+    for item in specs:
+        model, spec = item if isinstance(item, tuple) else ("random", item)
+        for dim in SPLIT_DIMS[spec.kind]:
+            for share in grid:
+                for role in roles:
+                    ratio = round(share if role == "gpu" else 1.0 - share, 4)
+                    job = Job(role, spec.kind, spec, dim, ratio, model=model)
+                    if spec.part(role, dim, ratio) is not None:
+                        jobs.setdefault(job.key(""), job)
+    return list(jobs.values())
+
+
+def sharing_jobs(n_sizes: int = 8, max_bytes: int = 64 << 20) -> list[Job]:
+    """to_vdevice both ways, slice and concat on each side over sizes, and the sync probe."""
+    jobs = [Job("cpu", "sync", shape=(1, 1, 1), model="sharing")]
+    for nbytes in np.geomspace(4096, max_bytes, n_sizes):
+        c = 32
+        hw = max(1, int(math.sqrt(nbytes / BYTES_PER_ELEM / c)))
+        shape = (c, hw, hw)
+        jobs.append(Job("cpu", "to_cpu", shape=shape, model="sharing"))
+        jobs.append(Job("gpu", "to_gpu", shape=shape, model="sharing"))
+        for role in ("gpu", "cpu"):
+            jobs.append(Job(role, "slice", shape=shape, model="sharing"))
+            jobs.append(Job(role, "concat", shape=shape, model="sharing"))
+    return jobs

@@ -1,0 +1,200 @@
+"""Run a compiled codl-tvm artifact with only the TVM runtime.
+
+Importable in a process started with ``TVM_USE_RUNTIME_LIB=1`` (no compiler library): this is
+what runs on a phone, a GPU box or the H100 measurement machine. An artifact is a folder::
+
+    lib.so          exported Relax VM executable (both devices' kernels)
+    params.npz      weights the CPU kernels read (uploaded to the CPU once)
+    manifest.json   inputs, outputs, device pair, TVM version, plan
+
+Command line::
+
+    python -m codl_tvm.runtime ARTIFACT [--inputs x.npz] [-o out.npz] [--time] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm.runtime.vm
+
+MANIFEST = "manifest.json"
+LIBRARY = "lib.so"
+PARAMS = "params.npz"
+ARTIFACT_FORMAT = "codl-tvm-artifact"
+ARTIFACT_VERSION = 1
+
+_DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
+
+
+# ---- CUDA in a runtime-only process (see shared/gpu/README.md) ------------------------------
+def _nvcc_compile(code: str, target: str | None = None) -> bytearray:
+    arch = os.environ.get("CODL_CUDA_ARCH") or _cuda_arch()
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp, "k.cu"), Path(tmp, "k.fatbin")
+        src.write_text(code)
+        cmd = ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", str(out), str(src)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        return bytearray(out.read_bytes())
+
+
+def _cuda_arch() -> str:
+    return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+
+
+def enable_cuda() -> bool:
+    """Make CUDA usable in this process; returns whether a CUDA device exists.
+
+    Loads ``libtvm_runtime_cuda.so`` (a runtime-only process does not) and, where only the
+    runtime is loaded, registers ``tvm_callback_cuda_compile`` with nvcc, since TVM 0.27 keeps
+    CUDA kernels as source in exported libraries and compiles them at load time.
+    """
+    lib = Path(tvm.__file__).parent / "lib" / "libtvm_runtime_cuda.so"
+    if lib.exists() and not tvm.cuda(0).exist:
+        ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    if not tvm.cuda(0).exist:
+        return False
+    runtime_only = os.environ.get("TVM_USE_RUNTIME_LIB") == "1"
+    if runtime_only and shutil.which("nvcc"):
+        import tvm_ffi
+
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", _nvcc_compile, override=True)
+    return True
+
+
+# ---- the runner -----------------------------------------------------------------------------
+class Runner:
+    """Runs one compiled model on its two devices.
+
+    Parameters
+    ----------
+    module : tvm.runtime.Module or Executable
+        The VM executable (loaded library or in-memory).
+    manifest : dict
+        The artifact manifest (see :func:`make_manifest`).
+    params : dict[str, np.ndarray]
+        CPU-side weights, uploaded once.
+    """
+
+    def __init__(self, module: Any, manifest: dict[str, Any], params: dict[str, np.ndarray]):
+        self.manifest = manifest
+        self.devices = [_device(kind, index) for kind, index in manifest["devices"]]
+        for dev, (kind, index) in zip(self.devices, manifest["devices"]):
+            if not dev.exist:
+                raise RuntimeError(f"this machine has no {kind}:{index} device for the artifact")
+        self.vm = tvm.runtime.vm.VirtualMachine(module, self.devices)
+        self.params = [
+            tvm.runtime.tensor(np.ascontiguousarray(params[p["name"]]), self._dev(p["role"]))
+            for p in manifest["params"]
+        ]
+
+    def _dev(self, role: str) -> tvm.runtime.Device:
+        return self.devices[0 if role == "gpu" else 1]
+
+    def _args(self, inputs: dict[str, np.ndarray]) -> list[Any]:
+        args = []
+        for spec in self.manifest["inputs"]:
+            if spec["name"] not in inputs:
+                raise KeyError(f"missing input {spec['name']!r}; the model takes "
+                               f"{[s['name'] for s in self.manifest['inputs']]}")
+            value = np.ascontiguousarray(inputs[spec["name"]], dtype=spec["dtype"])
+            if list(value.shape) != list(spec["shape"]):
+                raise ValueError(f"input {spec['name']!r} has shape {list(value.shape)}, "
+                                 f"expected {spec['shape']}")
+            args.append(tvm.runtime.tensor(value, self._dev(spec["role"])))
+        return args + self.params
+
+    def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run once; outputs as numpy arrays in model order."""
+        return _flatten(self.vm["main"](*self._args(inputs)))
+
+    def time(self, inputs: dict[str, np.ndarray], repeat: int = 20, number: int = 1) -> float:
+        """Median seconds of one inference (after one discarded warm-up call)."""
+        timer = self.vm.time_evaluator("main", self.devices[0], number=number, repeat=repeat)
+        return float(np.median(timer(*self._args(inputs)).results))
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        return random_inputs(self.manifest, seed)
+
+
+def random_inputs(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard-normal inputs for every model input of ``manifest``."""
+    rng = np.random.default_rng(seed)
+    return {s["name"]: rng.standard_normal(s["shape"]).astype(s["dtype"])
+            for s in manifest["inputs"]}
+
+
+def _device(kind: str, index: int) -> tvm.runtime.Device:
+    if kind not in _DEVICE_CTORS:
+        raise ValueError(f"unknown device kind {kind!r}")
+    return _DEVICE_CTORS[kind](index)
+
+
+def _flatten(value: Any) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out: list[np.ndarray] = []
+    for item in value:
+        out.extend(_flatten(item))
+    return out
+
+
+def load(path: str | os.PathLike) -> Runner:
+    """Load an artifact folder written by :meth:`codl_tvm.Executable.export`."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is not a codl-tvm artifact (no {MANIFEST})") from None
+    if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("version") != ARTIFACT_VERSION:
+        raise ValueError(f"{path}: unsupported artifact format/version")
+    if any(kind == "cuda" for kind, _ in manifest["devices"]):
+        enable_cuda()
+    module = tvm.runtime.load_module(str(path / LIBRARY))
+    with np.load(path / PARAMS, allow_pickle=False) as npz:
+        params = {k: npz[k] for k in npz.files}
+    return Runner(module, manifest, params)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codl_tvm.runtime", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("artifact")
+    parser.add_argument("--inputs", help=".npz keyed by input name (random when absent)")
+    parser.add_argument("-o", "--output", help="write outputs to this .npz (output_0, ...)")
+    parser.add_argument("--time", action="store_true", help="print the median latency")
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    try:
+        runner = load(args.artifact)
+        if args.inputs:
+            with np.load(args.inputs, allow_pickle=False) as npz:
+                inputs = {k: npz[k] for k in npz.files}
+        else:
+            inputs = runner.random_inputs()
+        outputs = runner.run(inputs)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for i, out in enumerate(outputs):
+        print(f"output_{i}: shape={list(out.shape)} dtype={out.dtype}")
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": o for i, o in enumerate(outputs)})
+    if args.time:
+        print(f"median latency: {runner.time(inputs, repeat=args.repeat) * 1e3:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

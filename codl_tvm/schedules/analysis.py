@@ -1,0 +1,236 @@
+"""Recognise the op a legalized PrimFunc computes (conv2d, pool2d, matmul, elementwise).
+
+LegalizeOps output is regular: an optional ``pad_temp`` block, one reduction block, then
+(after FuseOps/FuseTIR) injective epilogue blocks. Conv parameters are read back from the
+index expressions of the reduction block, so a rule never trusts a block name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tvm
+from tvm import tirx
+from tvm.ir.expr import TensorLoad, Var
+from tvm.s_tir import SBlock, Schedule
+from tvm.sym.pattern import detect_linear_equation
+
+REDUCE = 2  # IterVar.CommReduce
+
+
+@dataclasses.dataclass(frozen=True)
+class Conv2DInfo:
+    """Geometry of an NCHW/OIHW conv2d (batch ``n``), as the legalized PrimFunc computes it."""
+
+    n: int
+    ic: int
+    h: int
+    w: int
+    oc: int
+    ic_per_group: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pad: tuple[int, int, int, int]  # top, left, bottom, right
+    oh: int
+    ow: int
+
+    @property
+    def groups(self) -> int:
+        return self.ic // self.ic_per_group
+
+    @property
+    def depthwise(self) -> bool:
+        return self.ic_per_group == 1 and self.groups == self.ic and self.oc == self.ic
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.oc * self.oh * self.ow * self.ic_per_group * self.kh * self.kw
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """What a PrimFunc computes: kind, main block, output shape, and the conv geometry."""
+
+    kind: str  # conv2d | depthwise_conv2d | group_conv2d | pool2d | matmul | elementwise | unknown
+    main_block: str | None
+    out_shape: tuple[int, ...]
+    dtype: str
+    conv: Conv2DInfo | None = None
+    epilogue: tuple[str, ...] = ()
+    prologue: tuple[str, ...] = ()
+
+
+def leaf_blocks(func: tirx.PrimFunc) -> list[SBlock]:
+    """Blocks directly under the root block of ``func``, in program order."""
+    sch = Schedule(func)
+    try:
+        children = sch.get_child_blocks(sch.get_sblock("root"))
+    except (tvm.error.TVMError, ValueError):
+        return []
+    return [sch.get(b) for b in children]
+
+
+def _is_reduction(block: SBlock) -> bool:
+    return any(int(iv.iter_type) == REDUCE for iv in block.iter_vars)
+
+
+def _ints(shape: object) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        return None  # symbolic shape
+
+
+_CHILD_FIELDS = ("a", "b", "args", "value", "condition", "true_value", "false_value")
+
+
+def _loads(expr: object) -> list[TensorLoad]:
+    """BufferLoads inside an expression (TVM 0.27 exposes no TIR visitor to Python)."""
+    if isinstance(expr, TensorLoad):
+        return [expr]
+    found: list[TensorLoad] = []
+    for field in _CHILD_FIELDS:
+        child = getattr(expr, field, None)
+        if child is None or isinstance(child, (str, int, float)):
+            continue
+        items = list(child) if field == "args" else [child]
+        for item in items:
+            found.extend(_loads(item))
+    return found
+
+
+def _linear(expr: object, variables: list[tirx.Var]) -> list[int] | None:
+    coeffs = detect_linear_equation(expr, variables)
+    if len(coeffs) != len(variables) + 1:
+        return None
+    try:
+        return [int(c) for c in coeffs]
+    except (TypeError, ValueError):
+        return None
+
+
+def _pad_offsets(pad_block: SBlock, src: Var) -> tuple[int, int] | None:
+    """(top, left) of a pad block ``P[i] = if_then_else(..., X[i - off], 0)``."""
+    loads = [ld for ld in _loads(pad_block.body) if ld.source.same_as(src)]
+    if len(loads) != 1 or len(pad_block.iter_vars) != 4:
+        return None
+    ivs = [iv.var for iv in pad_block.iter_vars]
+    offs = []
+    for axis in (2, 3):
+        c = _linear(loads[0].indices[axis], [ivs[axis]])
+        if c is None or c[0] != 1:
+            return None
+        offs.append(-c[1])
+    for axis in (0, 1):
+        c = _linear(loads[0].indices[axis], [ivs[axis]])
+        if c is None or c != [1, 0]:
+            return None
+    return offs[0], offs[1]
+
+
+def _conv_info(func: tirx.PrimFunc, blocks: list[SBlock], k: int) -> Conv2DInfo | None:
+    block = blocks[k]
+    if len(block.iter_vars) != 7 or len(block.writes) != 1:
+        return None
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
+        return None
+    mul = store.value.b
+    if not isinstance(mul, tirx.Mul):
+        return None
+    data, weight = mul.a, mul.b
+    if not (isinstance(data, TensorLoad) and isinstance(weight, TensorLoad)):
+        return None
+    wshape = _ints(weight.source.shape)
+    oshape = _ints(store.buffer.shape)
+    if wshape is None or oshape is None or len(wshape) != 4 or len(oshape) != 4:
+        return None
+    ivs = [iv.var for iv in block.iter_vars]
+    yy, xx, ry, rx = ivs[2], ivs[3], ivs[5], ivs[6]
+    hc = _linear(data.indices[2], [yy, ry])
+    wc = _linear(data.indices[3], [xx, rx])
+    if hc is None or wc is None or hc[2] != 0 or wc[2] != 0:
+        return None
+    src = data.source
+    pad = (0, 0, 0, 0)
+    if not any(src.same_as(p) for p in func.params):
+        producers = [b for b in blocks[:k] if any(w.source.same_as(src) for w in b.writes)]
+        if len(producers) != 1 or len(producers[0].reads) != 1:
+            return None
+        padded = _ints(src.shape)
+        x = producers[0].reads[0].source
+        offs = _pad_offsets(producers[0], x)
+        xshape = _ints(x.shape)
+        if offs is None or xshape is None or padded is None:
+            return None
+        top, left = offs
+        pad = (top, left, padded[2] - xshape[2] - top, padded[3] - xshape[3] - left)
+        src = x
+    xshape = _ints(src.shape)
+    if xshape is None or len(xshape) != 4 or xshape[1] % wshape[1] != 0:
+        return None
+    info = Conv2DInfo(
+        n=xshape[0], ic=xshape[1], h=xshape[2], w=xshape[3], oc=wshape[0],
+        ic_per_group=wshape[1], kh=wshape[2], kw=wshape[3], stride=(hc[0], wc[0]),
+        dilation=(hc[1], wc[1]), pad=pad, oh=oshape[2], ow=oshape[3],
+    )
+    return info if _consistent(info) else None
+
+
+def _consistent(c: Conv2DInfo) -> bool:
+    """Cross-check the recovered geometry against the output shape."""
+    oh = (c.h + c.pad[0] + c.pad[2] - c.dilation[0] * (c.kh - 1) - 1) // c.stride[0] + 1
+    ow = (c.w + c.pad[1] + c.pad[3] - c.dilation[1] * (c.kw - 1) - 1) // c.stride[1] + 1
+    return (oh, ow) == (c.oh, c.ow) and min(c.pad) >= 0 and c.oc % c.groups == 0
+
+
+def _is_matmul(block: SBlock) -> bool:
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]
+    store = block.body
+    if kinds != [0, 0, REDUCE] or not isinstance(store, tirx.BufferStore):
+        return False
+    mul = store.value.b if isinstance(store.value, tirx.Add) else None
+    if not isinstance(mul, tirx.Mul):
+        return False
+    a, b = mul.a, mul.b
+    return isinstance(a, TensorLoad) and isinstance(b, TensorLoad) and (
+        len(a.indices) == 2 and len(b.indices) == 2
+    )
+
+
+def analyze(func: tirx.PrimFunc) -> OpInfo:
+    """Classify ``func``; ``kind == "unknown"`` when no pattern matches."""
+    blocks = leaf_blocks(func)
+    out_buf = func.params[-1]
+    out_shape = _ints(out_buf.shape) or ()
+    dtype = str(out_buf.dtype)
+    reductions = [i for i, b in enumerate(blocks) if _is_reduction(b)]
+    if not reductions:
+        return OpInfo("elementwise" if blocks else "unknown", None, out_shape, dtype)
+    if len(reductions) != 1:
+        return OpInfo("unknown", None, out_shape, dtype)
+    k = reductions[0]
+    block = blocks[k]
+    pro = tuple(b.name_hint for b in blocks[:k])
+    epi = tuple(b.name_hint for b in blocks[k + 1 :])
+    n_iter = len(block.iter_vars)
+    conv = _conv_info(func, blocks, k) if n_iter == 7 else None
+    if conv is not None:
+        kind = "conv2d" if conv.groups == 1 else (
+            "depthwise_conv2d" if conv.depthwise else "group_conv2d"
+        )
+        return OpInfo(kind, block.name_hint, out_shape, dtype, conv, epi, pro)
+    if n_iter == 6 and [int(iv.iter_type) for iv in block.iter_vars][4:] == [REDUCE, REDUCE]:
+        return OpInfo("pool2d", block.name_hint, out_shape, dtype, None, epi, pro)
+    if _is_matmul(block) and not pro:
+        return OpInfo("matmul", block.name_hint, out_shape, dtype, None, epi, pro)
+    return OpInfo("unknown", block.name_hint, out_shape, dtype, None, epi, pro)
+
+
+def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:
+    """The ``target`` attribute of ``func``, if any."""
+    if func.attrs is None or "target" not in func.attrs:
+        return None
+    return func.attrs["target"]

@@ -1,0 +1,152 @@
+"""codl_tvm.zoo: the models of the CoDL, muLayer and EOP papers as ONNX files.
+
+Each model is built with ``onnx.helper`` from deterministic random weights, checked with
+``onnx.checker`` (full check), cached as an ONNX file and meant to be loaded through the
+path users take: ``tvm.relax.frontend.onnx.from_onnx``.
+
+Examples
+--------
+>>> from codl_tvm import zoo
+>>> path = zoo.get("yolo-v2", input_shape=(64, 64))  # doctest: +SKIP
+>>> mod = zoo.import_relax("tiny-cnn")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .cache import cache_root, file_name, model_key, save_atomic
+from .layers import GraphBuilder
+from .registry import MODELS, SHAPE_MEANING, check_batch, resolve_config, resolve_shape, spec_of
+
+__all__ = ["list_models", "info", "build", "get", "import_relax", "sample_inputs", "cache_root"]
+
+
+def list_models() -> list[str]:
+    """Names of the zoo's models, in registry order."""
+    return list(MODELS)
+
+
+def _resolve(name: str, batch: int, input_shape, config: dict) -> tuple[tuple, dict]:
+    spec_of(name)
+    check_batch(batch)
+    return resolve_shape(name, input_shape), resolve_config(name, config)
+
+
+def build(
+    name: str, *, batch: int = 1, input_shape=None, check: bool = True, **config: Any
+) -> onnx.ModelProto:
+    """Build a zoo model in memory.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`list_models`.
+    batch : int
+        Batch size (first dimension of every input).
+    input_shape : tuple of int, optional
+        Per-sample input shape override; see ``info(name)["input_shape_meaning"]``.
+    check : bool
+        Run ``onnx.checker.check_model(full_check=True)`` on the result.
+    **config
+        Model options (``info(name)["config"]`` lists them with their defaults), plus
+        ``seed`` (weights) and ``fold_bn`` (fold batch norm into convs).
+
+    Returns
+    -------
+    onnx.ModelProto
+    """
+    shape, cfg = _resolve(name, batch, input_shape, config)
+    spec = spec_of(name)
+    own = {k: v for k, v in cfg.items() if k not in ("seed", "fold_bn")}
+    g = GraphBuilder(name, seed=int(cfg["seed"]), fold_bn=bool(cfg["fold_bn"]))
+    if spec.kind == "image":
+        x = g.input("input", (batch, *shape))
+        g.output(spec.builder(g, x, **spec.fixed, **own), "output")
+    else:
+        spec.builder(g, batch, shape, **spec.fixed, **own)
+    key = model_key(name, batch, shape, cfg)
+    model = g.model({"codl_tvm.zoo": json.dumps(key, default=str), "paper": spec.paper})
+    if check:
+        onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def get(
+    name: str, *, batch: int = 1, input_shape=None, cache_dir: str | os.PathLike | None = None,
+    **config: Any,
+) -> Path:  # fmt: skip
+    """Path of the model's ONNX file in the cache, building and writing it on first use.
+
+    The file name holds a digest of (name, batch, input shape, full config), so each
+    variant has its own file. The cache folder is ``cache_dir``, else ``$CODL_TVM_CACHE/zoo``,
+    else ``~/.cache/codl-tvm/zoo``. Other parameters as in :func:`build`.
+    """
+    shape, cfg = _resolve(name, batch, input_shape, config)
+    path = cache_root(cache_dir) / file_name(model_key(name, batch, shape, cfg))
+    if not path.exists():
+        save_atomic(build(name, batch=batch, input_shape=shape, **config), path)
+    return path
+
+
+def import_relax(name: str, **kwargs: Any):
+    """Load the cached ONNX file and import it as a user would (weights as constants).
+
+    Returns
+    -------
+    tvm.IRModule
+        ``tvm.relax.frontend.onnx.from_onnx(model, keep_params_in_input=False)``.
+    """
+    from tvm.relax.frontend.onnx import from_onnx
+
+    return from_onnx(onnx.load(get(name, **kwargs)), keep_params_in_input=False)
+
+
+def _inputs(name: str, batch: int, shape: tuple, cfg: dict) -> list[dict[str, Any]]:
+    kind = spec_of(name).kind
+    if kind == "tokens":
+        (seq,) = shape
+        return [
+            {"name": "input_ids", "shape": [batch, seq], "dtype": "int64",
+             "low": 0, "high": cfg["vocab_size"]},
+            {"name": "attention_mask", "shape": [batch, seq], "dtype": "int64",
+             "low": 0, "high": 2},
+        ]  # fmt: skip
+    return [{"name": "input", "shape": [batch, *shape], "dtype": "float32"}]
+
+
+def info(name: str, *, batch: int = 1, input_shape=None, **config: Any) -> dict[str, Any]:
+    """What a zoo model is: paper, inputs (name/shape/dtype, int range), config and notes."""
+    shape, cfg = _resolve(name, batch, input_shape, config)
+    spec = spec_of(name)
+    return {
+        "name": name,
+        "paper": spec.paper,
+        "kind": spec.kind,
+        "inputs": _inputs(name, batch, shape, cfg),
+        "input_shape": list(shape),
+        "default_input_shape": list(spec.default_shape),
+        "input_shape_meaning": SHAPE_MEANING[spec.kind],
+        "config": cfg,
+        "notes": spec.notes,
+    }
+
+
+def sample_inputs(
+    name: str, *, batch: int = 1, input_shape=None, seed: int = 0, **config: Any
+) -> dict[str, np.ndarray]:
+    """Random inputs keyed by input name: N(0, 1) floats, ints within the valid range."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for desc in info(name, batch=batch, input_shape=input_shape, **config)["inputs"]:
+        if desc["dtype"] == "int64":
+            out[desc["name"]] = rng.integers(desc["low"], desc["high"], desc["shape"])
+        else:
+            out[desc["name"]] = rng.standard_normal(desc["shape"]).astype(np.float32)
+    return out
