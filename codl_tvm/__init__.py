@@ -10,29 +10,35 @@ Typical use::
     outputs = exe.run({"input": x})
 """
 
-from .device import DevicePair
-from .executable import Executable, compile
-from .frontend import ModelError, load_model
-from .graph import list_ops
-from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
-from .pipeline import codl_pipeline
-from .plan import Chain, OpPlacement, Plan, PlanError
+import os
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BindKernelTargets",
-    "Chain",
-    "CoExecutionPartition",
-    "DevicePair",
-    "Executable",
-    "LiftDeviceConstants",
-    "ModelError",
-    "OpPlacement",
-    "Plan",
-    "PlanError",
-    "codl_pipeline",
-    "compile",
-    "list_ops",
-    "load_model",
-]
+if os.environ.get("TVM_USE_RUNTIME_LIB") == "1":
+    # only TVM's runtime is loaded: codl_tvm.runtime works, the compiler side cannot import
+    __all__ = ["runtime"]
+else:
+    from .device import DevicePair
+    from .executable import Executable, compile
+    from .frontend import ModelError, load_model
+    from .graph import list_ops
+    from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
+    from .pipeline import codl_pipeline
+    from .plan import Chain, OpPlacement, Plan, PlanError
+
+    __all__ = [
+        "BindKernelTargets",
+        "Chain",
+        "CoExecutionPartition",
+        "DevicePair",
+        "Executable",
+        "LiftDeviceConstants",
+        "ModelError",
+        "OpPlacement",
+        "Plan",
+        "PlanError",
+        "codl_pipeline",
+        "compile",
+        "list_ops",
+        "load_model",
+    ]

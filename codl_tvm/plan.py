@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import tvm
+import tvm_ffi
 
 from .graph import entry_function, find_anchors, fingerprint
 
@@ -46,8 +47,12 @@ SPLIT_DIMS: dict[str, tuple[str, ...]] = {
 }
 
 
+@tvm_ffi.register_error("PlanError")
 class PlanError(ValueError):
-    """A plan that does not fit its model or is malformed."""
+    """A plan that does not fit its model or is malformed.
+
+    Registered with TVM's FFI so it keeps its type when raised inside a pass.
+    """
 
 
 @dataclass
@@ -106,8 +111,11 @@ class Plan:
         anchors = find_anchors(entry_function(mod))
         _check_ratio("uniform", ratio)
         plan = cls(fingerprint=fingerprint(anchors), num_ops=len(anchors))
+        from .passes.unit_geometry import split_extent  # local: passes import plan
+
         for a in anchors:
-            if dim in SPLIT_DIMS[a.kind]:
+            # an op with a single row (a batch-1 dense layer on H) has nothing to split
+            if dim in SPLIT_DIMS[a.kind] and split_extent(a, dim) > 1:
                 plan.ops[a.op_id] = OpPlacement("split", dim, float(ratio))
         if chain:
             from .chains import consecutive_runs  # local: chains imports plan

@@ -81,10 +81,21 @@ class BindKernelTargets:
             if isinstance(func, relax.Function):
                 binder.builder_.update_func(gvar, binder.visit_expr(func))
         out = binder.builder_.get()
-        # drop the unbound originals: every call now names a per-device copy
-        keep = {gv: f for gv, f in out.functions.items() if not _is_orphan(out, gv, f)}
+        # drop the originals: every call now names a per-device copy
+        used = _called(out)
+        keep = {gv: f for gv, f in out.functions.items()
+                if not isinstance(f, tirx.PrimFunc) or gv.name_hint in used}
         return tvm.IRModule(keep, attrs=out.attrs, global_infos=out.global_infos)
 
 
-def _is_orphan(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func) -> bool:
-    return isinstance(func, tirx.PrimFunc) and "target" not in (func.attrs or {})
+def _called(mod: tvm.IRModule) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, tvm.ir.GlobalVar):
+            names.add(node.name_hint)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return names

@@ -117,7 +117,9 @@ class _Partitioner(PyExprMutator):
 
     # ---- emission helpers -----------------------------------------------------------------
     def _bind(self, old: relax.Var, value: relax.Expr) -> None:
-        if isinstance(old, relax.DataflowVar) or not self.builder_.current_block_is_dataflow():
+        if isinstance(value, relax.Var) and isinstance(old, relax.DataflowVar):
+            new = value  # already bound by the unit's emission: no alias binding
+        elif isinstance(old, relax.DataflowVar) or not self.builder_.current_block_is_dataflow():
             new = self.builder_.emit(value, name_hint=old.name)
         else:
             new = self.builder_.emit_output(self._to_io(value), name_hint=old.name)
@@ -177,80 +179,73 @@ class _Partitioner(PyExprMutator):
 
     # ---- unplanned ops: run where their first input lives ---------------------------------
     def _default_value(self, binding: relax.VarBinding) -> relax.Expr:
-        value = self.visit_expr(binding.value)
-        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
-            return value
-        if value.op.name in ("relax.to_vdevice", "relax.hint_on_device"):
-            return value
-        role = self._role_of(value)
-        if role is None:
-            return value
-        args = [self._on(a, role) for a in value.args]
+        value = binding.value
+        is_op = isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+        if not is_op or value.op.name in ("relax.to_vdevice", "relax.hint_on_device"):
+            return self.visit_expr(value)
+        # remap the arguments one by one: visiting the call itself would re-infer its type
+        # before the arguments are on one device
+        args = [self.visit_expr(a) for a in value.args]
+        role = next((r for r in map(self._role_of, args) if r is not None), None)
+        if role is not None:
+            args = [self._on(a, role) for a in args]
         return relax.Call(value.op, args, value.attrs, value.ty_args)
 
     # ---- planned units -------------------------------------------------------------------
     def _emit_unit(self, unit: Unit) -> relax.Expr:
         data = self.visit_expr(unit.ops[0].data)
         if unit.place in ROLE_ORDER:
-            return self._emit_whole(unit, self._on(data, unit.place), unit.place)
+            x = self._on(data, unit.place)
+            return self._emit_whole(unit, x, self._extra_args(unit, unit.place), unit.place)
+        head, last = unit.ops[0], unit.ops[-1]
+        rule = RULES[head.kind]
         if unit.dim == "H":
             parts = h_parts(unit.ops, unit.ratio)
-            srcs = {role: parts[role][0].src for role in ROLE_ORDER}
-            head = unit.ops[0]
-            axis = RULES[head.kind].h_axis(head.call)
-            full = head.in_shape[axis]
-            inputs = {r: self._input_part(data, r, axis, srcs[r], full) for r in ROLE_ORDER}
-            outs = {r: self._emit_h_role(unit, inputs[r], parts[r], r) for r in ROLE_ORDER}
-            last = unit.ops[-1]
+            axis, srcs = rule.h_axis(head.call), {r: parts[r][0].src for r in ROLE_ORDER}
             out_axis = RULES[last.kind].h_axis(last.call)
         else:
             parts = oc_parts(unit.ops, unit.ratio)
-            head = unit.ops[0]
-            axis = RULES[head.kind].oc_axis(head.call)
-            full = head.in_shape[axis]
-            inputs = {
-                r: self._input_part(data, r, axis, parts[r][0].src, full) for r in ROLE_ORDER
-            }
-            outs = {r: self._emit_oc_role(unit, inputs[r], parts[r], r) for r in ROLE_ORDER}
-            last = unit.ops[-1]
+            axis, srcs = rule.oc_axis(head.call), {r: parts[r][0].src for r in ROLE_ORDER}
             out_axis = RULES[last.kind].oc_axis(last.call)
-        merged = [outs["gpu"], self._on(outs["cpu"], "gpu")]
-        return rop.concat(merged, axis=out_axis)
+        full = head.in_shape[axis]
+        # every copy first: to_vdevice blocks, so none may sit between the GPU launch and the
+        # CPU sub-op
+        inputs, extras = {}, {}
+        for r in ROLE_ORDER:
+            inputs[r] = self._input_part(data, r, axis, srcs[r], full)
+            extras[r] = self._extra_args(unit, r)
+        outs = {r: self._emit_role(unit, inputs[r], extras[r], parts[r], r) for r in ROLE_ORDER}
+        return rop.concat([outs["gpu"], self._on(outs["cpu"], "gpu")], axis=out_axis)
+
+    def _extra_args(self, unit: Unit, role: str) -> list[list[relax.Expr]]:
+        """Per op, its non-data arguments (weights) on ``role``'s device."""
+        return [[self._on(self.visit_expr(a), role) for a in op.call.args[1:]] for op in unit.ops]
 
     def _input_part(
         self, data: relax.Expr, role: str, axis: int, src: tuple[int, int] | None, full: int
     ) -> relax.Expr:
-        """Slice the input on the device that holds it, then copy the slice.
-
-        Called for both roles before any sub-op is emitted, so every blocking copy comes
-        before the GPU launch."""
+        """Slice the input on the device that holds it, then copy the slice."""
         home = self._role_of(data) or self.io_role
         part = data
         if src is not None and src != (0, full):
             part = self._emit_on(rop.strided_slice(data, [axis], [src[0]], [src[1]]), home)
         return self._on(part, role)
 
-    def _emit_h_role(self, unit: Unit, data: relax.Expr, parts, role: str) -> relax.Var:
-        x = data
-        for op, part in zip(unit.ops, parts):
+    def _emit_role(self, unit: Unit, x, extras, parts, role: str) -> relax.Var:
+        for op, args, part in zip(unit.ops, extras, parts):
             rule = RULES[op.kind]
-            x = self._emit_on(rule.h_part(op.call, x, part), role)
-            axis = rule.h_axis(op.call)
-            x = self._emit_epilogue(op, x, role, axis, part.out)
+            if unit.dim == "H":
+                x = self._emit_on(rule.h_part(op.call, [x, *args], part), role)
+                x = self._emit_epilogue(op, x, role, rule.h_axis(op.call), part.out)
+            else:
+                x = self._emit_on(rule.oc_part(op.call, [x, *args], part.units), role)
+                x = self._emit_epilogue(op, x, role, rule.oc_axis(op.call), part.out)
         return x
 
-    def _emit_oc_role(self, unit: Unit, data: relax.Expr, parts, role: str) -> relax.Var:
-        x = data
-        for op, part in zip(unit.ops, parts):
-            rule = RULES[op.kind]
-            x = self._emit_on(rule.oc_part(op.call, x, part.units), role)
-            x = self._emit_epilogue(op, x, role, rule.oc_axis(op.call), part.out)
-        return x
-
-    def _emit_whole(self, unit: Unit, x: relax.Expr, role: str) -> relax.Var:
-        for op in unit.ops:
-            args = [x] + [self.visit_expr(a) for a in op.call.args[1:]]
-            x = self._emit_on(relax.Call(op.call.op, args, op.call.attrs, op.call.ty_args), role)
+    def _emit_whole(self, unit: Unit, x, extras, role: str) -> relax.Var:
+        for op, args in zip(unit.ops, extras):
+            call = relax.Call(op.call.op, [x, *args], op.call.attrs, op.call.ty_args)
+            x = self._emit_on(call, role)
             x = self._emit_epilogue(op, x, role, None, None)
         return x
 

@@ -54,12 +54,12 @@ def _check_layout(layout: str, want: str, what: str) -> None:
 
 
 # ---- H parts ------------------------------------------------------------------------------
-def _conv_h_part(call: relax.Call, data: relax.Expr, part: RowPart) -> relax.Expr:
+def _conv_h_part(call: relax.Call, args: list[relax.Expr], part: RowPart) -> relax.Expr:
     a = call.attrs
     pad = _ints(a.padding)
     return rop.nn.conv2d(
-        data,
-        call.args[1],
+        args[0],
+        args[1],
         strides=_ints(a.strides),
         padding=[part.pad[0], pad[1], part.pad[1], pad[3]],
         dilation=_ints(a.dilation),
@@ -87,21 +87,21 @@ def _pool_call(call: relax.Call, data: relax.Expr, padding: list[int], ceil: boo
     )
 
 
-def _pool_h_part(call: relax.Call, data: relax.Expr, part: RowPart) -> relax.Expr:
+def _pool_h_part(call: relax.Call, args: list[relax.Expr], part: RowPart) -> relax.Expr:
     a = call.attrs
     pad = _ints(a.padding)
     right = pad[3]
     if bool(a.ceil_mode):
         # a part is computed in floor mode; widen the right pad so the W extent is unchanged
         w_in = int(call.args[0].ty.shape[3])
-        w_out = int(call.ty.shape[3])
         win = Window(int(a.pool_size[1]), int(a.strides[1]), int(a.dilation[1]), pad[1], pad[3])
+        w_out = int(call.ty.shape[3])  # TVM's ceil mode drops a window starting in the padding
         right += max(0, (w_out - 1) * win.stride + win.extent - (w_in + pad[1] + pad[3]))
-    return _pool_call(call, data, [part.pad[0], pad[1], part.pad[1], right], ceil=False)
+    return _pool_call(call, args[0], [part.pad[0], pad[1], part.pad[1], right], ceil=False)
 
 
-def _matmul_h_part(call: relax.Call, data: relax.Expr, part: RowPart) -> relax.Expr:
-    return rop.matmul(data, call.args[1], out_dtype=_out_dtype(call))
+def _matmul_h_part(call: relax.Call, args: list[relax.Expr], part: RowPart) -> relax.Expr:
+    return rop.matmul(args[0], args[1], out_dtype=_out_dtype(call))
 
 
 def _dtype(dtype) -> str | None:
@@ -153,13 +153,13 @@ def slice_const(expr: relax.Expr, axis: int, start: int, end: int) -> relax.Expr
     return rop.strided_slice(expr, [axis], [start], [end])
 
 
-def _conv_oc_part(call: relax.Call, data: relax.Expr, units: tuple[int, int]) -> relax.Expr:
+def _conv_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, int]) -> relax.Expr:
     a = call.attrs
     cu = _conv_units(call)
-    weight = slice_const(call.args[1], 0, units[0] * cu.out_per, units[1] * cu.out_per)
+    weight = slice_const(args[1], 0, units[0] * cu.out_per, units[1] * cu.out_per)
     groups = 1 if cu.in_per is None else units[1] - units[0]
     return rop.nn.conv2d(
-        data,
+        args[0],
         weight,
         strides=_ints(a.strides),
         padding=_ints(a.padding),
@@ -172,13 +172,13 @@ def _conv_oc_part(call: relax.Call, data: relax.Expr, units: tuple[int, int]) ->
     )
 
 
-def _pool_oc_part(call: relax.Call, data: relax.Expr, units: tuple[int, int]) -> relax.Expr:
-    return _pool_call(call, data, _ints(call.attrs.padding), bool(call.attrs.ceil_mode))
+def _pool_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, int]) -> relax.Expr:
+    return _pool_call(call, args[0], _ints(call.attrs.padding), bool(call.attrs.ceil_mode))
 
 
-def _matmul_oc_part(call: relax.Call, data: relax.Expr, units: tuple[int, int]) -> relax.Expr:
-    weight = slice_const(call.args[1], 1, units[0], units[1])
-    return rop.matmul(data, weight, out_dtype=_out_dtype(call))
+def _matmul_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, int]) -> relax.Expr:
+    weight = slice_const(args[1], 1, units[0], units[1])
+    return rop.matmul(args[0], weight, out_dtype=_out_dtype(call))
 
 
 @dataclass(frozen=True)
@@ -188,9 +188,10 @@ class SplitRule:
     h_axis: Callable[[relax.Call], int]
     oc_axis: Callable[[relax.Call], int]
     window: Callable[[relax.Call], Window]
-    h_part: Callable[[relax.Call, relax.Expr, RowPart], relax.Expr]
+    # emitters get the original call (for attributes and shapes) and the sub-op's arguments
+    h_part: Callable[[relax.Call, list[relax.Expr], RowPart], relax.Expr]
     units: Callable[[relax.Call], ChannelUnits]
-    oc_part: Callable[[relax.Call, relax.Expr, tuple[int, int]], relax.Expr]
+    oc_part: Callable[[relax.Call, list[relax.Expr], tuple[int, int]], relax.Expr]
     channel_local: Callable[[relax.Call], bool]  # may follow the head of an OC chain
 
 

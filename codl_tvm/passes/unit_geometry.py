@@ -69,6 +69,18 @@ def oc_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[ChannelPart]]:
     return parts
 
 
+def split_extent(op: AnchorOp, dim: str) -> int:
+    """Rows (H) or channel units (OC) ``op`` could be split into; 0 when it cannot be split."""
+    rule = RULES[op.kind]
+    try:
+        if dim == "H":
+            rule.window(op.call)
+            return op.out_shape[rule.h_axis(op.call)]
+        return rule.units(op.call).count
+    except Unsplittable:
+        return 0
+
+
 def whole_role(ops: list[AnchorOp], dim: str, ratio: float) -> str | None:
     """``"gpu"``/``"cpu"`` when the ratio gives one device everything, else None."""
     head, last = ops[0], ops[-1]

@@ -1,0 +1,82 @@
+"""Latency predictors of the CoDL kind (MobiSys'22 section 5) and their baselines.
+
+Kinds: ``codl`` (Eq. 3 blocking counts x learned basic-unit time + sharing costs), ``flops``
+(muLayer), ``eop`` (VEE'22 patterns), ``gbdt`` (boosted trees, comparator). All are
+scikit-learn estimators fitted on profiler sample rows, saved as plain JSON.
+
+>>> p = train("samples.csv", kind="codl")            # doctest: +SKIP
+>>> p.save("predictor.json"); p = load("predictor.json")  # doctest: +SKIP
+>>> op = OpSpec("conv2d", 56, 56, 64, 64, 3, 3, pad=(1, 1, 1, 1))
+>>> p.predict_op(op, "H", 0.7)  # doctest: +SKIP
+{'cpu_us': ..., 'gpu_us': ..., 'share_us': ..., 'total_us': ...}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from codl_tvm.predictor.base import (
+    FORMAT_VERSION,
+    REGISTRY,
+    BasePredictor,
+    OutOfRangeWarning,
+    PredictorFileError,
+    load,
+)
+from codl_tvm.predictor.baselines import EOPPredictor, FlopsPredictor
+from codl_tvm.predictor.codl import CoDLPredictor
+from codl_tvm.predictor.gbdt import GBDTPredictor
+from codl_tvm.predictor.opspec import OpSpec
+
+KINDS: tuple[str, ...] = ("codl", "flops", "eop", "gbdt")
+
+__all__ = [
+    "FORMAT_VERSION", "KINDS", "BasePredictor", "CoDLPredictor", "EOPPredictor",
+    "FlopsPredictor", "GBDTPredictor", "OpSpec", "OutOfRangeWarning", "PredictorFileError",
+    "load", "make", "report", "train",
+]  # fmt: skip
+
+
+def make(kind: str, **params: Any) -> BasePredictor:
+    """An unfitted predictor of ``kind``."""
+    if kind not in REGISTRY:
+        raise ValueError(f"unknown predictor kind {kind!r}; known: {list(KINDS)}")
+    return REGISTRY[kind](**params)
+
+
+def _rows(samples: str | Path | Sequence[dict[str, Any]], pair: str | None) -> list[dict]:
+    from codl_tvm.profiler.schema import read_samples
+
+    if isinstance(samples, (str, Path)):
+        return read_samples(samples, pair=pair)
+    return list(samples)
+
+
+def train(
+    samples: str | Path | Sequence[dict[str, Any]],
+    kind: str = "codl",
+    output: str | Path | None = None,
+    pair: str | None = None,
+    **params: Any,
+) -> BasePredictor:
+    """Fit a predictor of ``kind`` on a samples CSV (or rows); save it when ``output`` is given."""
+    predictor = make(kind, **params).fit(_rows(samples, pair))
+    if output is not None:
+        predictor.save(output)
+    return predictor
+
+
+def report(
+    predictor: str | Path | BasePredictor,
+    samples: str | Path | Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """Accuracy (+-10%, MAPE) per processor and op kind, size and prediction time.
+
+    Samples of another device pair than the predictor's are refused.
+    """
+    from codl_tvm.predictor.report import report as _report
+
+    pred = load(predictor) if isinstance(predictor, (str, Path)) else predictor
+    return _report(pred, _rows(samples, pred.pair_))

@@ -59,6 +59,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
     """
 
     kind: ClassVar[str] = ""
+    round_digits: ClassVar[int | None] = 5  # significant digits kept in the JSON file
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -112,7 +113,9 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         self._check_range(role, sub)
         return self._kernel_us(role, sub, None)
 
-    def predict_op(self, op: OpSpec, dim: str, ratio: float, chain: bool = False) -> dict[str, float]:
+    def predict_op(
+        self, op: OpSpec, dim: str, ratio: float, chain: bool = False
+    ) -> dict[str, float]:
         """CoDL Eq. 2 for ``op`` split on ``dim`` with GPU share ``ratio``.
 
         Returns
@@ -142,7 +145,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
     def _check_range(self, role: str, sub: OpSpec) -> None:
         if role not in self.range_:
             raise ValueError(f"predictor of {self.pair_!r} has no samples for processor {role!r}")
-        for field, (lo, hi) in zip(RANGE_FIELDS, self.range_[role]):
+        for field, (lo, hi) in zip(RANGE_FIELDS, self.range_[role], strict=False):
             val = getattr(sub, field)
             key = f"{role}.{field}"
             if not lo <= val <= hi and key not in self._warned:
@@ -163,7 +166,11 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             "params": self.get_params(),
             "range": self.range_,
             "sharing": self.sharing_.to_json(),
-            "model": round_floats(self._model_json()),
+            "model": (
+                round_floats(self._model_json(), self.round_digits)
+                if self.round_digits
+                else self._model_json()
+            ),
         }
 
     @property

@@ -167,7 +167,8 @@ class OpSpec:
     def _check_dim(self, dim: str) -> None:
         if dim not in SPLIT_DIMS[self.kind]:
             raise ValueError(
-                f"{self.kind} cannot be split on {dim!r}; it splits on {list(SPLIT_DIMS[self.kind])}"
+                f"{self.kind} cannot be split on {dim!r}; "
+                f"it splits on {list(SPLIT_DIMS[self.kind])}"
             )
 
     # ---- (de)serialisation --------------------------------------------------------------

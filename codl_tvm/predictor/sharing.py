@@ -70,7 +70,9 @@ class SharingModel:
         if gpu is None:
             return total
         if dim == "H":  # each part reads its own rows (+ halo) of the shared input
-            total += self.cost("slice", "gpu", cpu.in_bytes) + self.cost("slice", "gpu", gpu.in_bytes)
+            total += self.cost("slice", "gpu", cpu.in_bytes) + self.cost(
+                "slice", "gpu", gpu.in_bytes
+            )
         return total + self.cost("concat", "gpu", spec.out_bytes)
 
     def to_json(self) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from codl_tvm.profiler.schema import COLUMNS, SampleError, read_samples
 
 __all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
 
-QUICK = {"n_specs": 40, "grid": "quick", "max_flops": 2e7, "n_sizes": 6}
-FULL = {"n_specs": 400, "grid": "full", "max_flops": 2e8, "n_sizes": 10}
+# min_flops keeps kernels above the VM's call overhead (~1 us), where timing is all noise
+QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e8, "min_flops": 1e5, "n_sizes": 8}
+FULL = {"n_specs": 400, "grid": "full", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 
 
 def make_jobs(
@@ -30,6 +31,8 @@ def make_jobs(
     n_specs: int | None = None,
     max_flops: float | None = None,
     seed: int = 0,
+    min_flops: float | None = None,
+    shares: Sequence[float] | None = None,
     sharing: bool = True,
     max_share_bytes: int = 64 << 20,
 ) -> list[Any]:
@@ -42,21 +45,27 @@ def make_jobs(
     workloads : list of path
         Workload CSVs (format of ``shared/workloads/conv2d.csv``); when given, their shapes are
         measured (both processors, both dims, the 0.1..1.0 grid) instead of random ones.
-    n_specs, max_flops : optional
-        Random ops to draw from CoDL's ranges and the FLOPs cap of each.
+    n_specs, max_flops, min_flops : optional
+        Random ops to draw from CoDL's ranges and the FLOPs bounds of each.
+    shares : list of float, optional
+        Each processor's shares to measure (default: 0.1..1.0, or 0.3/0.6/1.0 when quick).
     """
     from codl_tvm.profiler import space
 
     cfg = QUICK if quick else FULL
     grid = space.QUICK_GRID if cfg["grid"] == "quick" else space.FULL_GRID
+    specs: list[Any] = []
     if workloads:
-        specs: list[Any] = [item for path in workloads for item in space.workload_specs(path)]
+        specs += [item for path in workloads for item in space.workload_specs(path)]
         grid = space.FULL_GRID
-    else:
-        specs = space.sample_specs(
-            n_specs or cfg["n_specs"], seed, max_flops or cfg["max_flops"]
+    if not workloads or quick:  # quick + workloads: both, so the training set has both
+        specs += space.sample_specs(
+            n_specs or cfg["n_specs"],
+            seed,
+            max_flops or cfg["max_flops"],
+            min_flops=cfg["min_flops"] if min_flops is None else min_flops,
         )
-    jobs = space.compute_jobs(specs, grid)
+    jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)
     return jobs

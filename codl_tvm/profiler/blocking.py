@@ -39,17 +39,16 @@ class Blocking:
         return math.ceil(blocks / self.cores), math.ceil(block / self.unit)
 
 
-def _schedules_blocking(func: Any) -> Blocking | None:
+def _schedules_blocking(func: Any, target: dict[str, Any]) -> Blocking | None:
     try:
-        from codl_tvm.schedules import blocking_of  # type: ignore[attr-defined]
+        from codl_tvm.schedules import blocking_of
     except ImportError:
         return None
     got = blocking_of(func)
     if got is None:
         return None
-    return Blocking(
-        str(got.algorithm), int(got.block_size), int(got.basic_unit), int(got.cores)
-    )
+    cores = got.cores or SM_COUNT.get(str(target.get("arch", "")), 1)
+    return Blocking(str(got.algorithm), int(got.block_size), int(got.basic_unit_size), int(cores))
 
 
 def loop_blocking(script: str, out_elems: int, target: dict[str, Any], rule: str) -> Blocking:
@@ -74,4 +73,6 @@ def loop_blocking(script: str, out_elems: int, target: dict[str, Any], rule: str
 
 def kernel_blocking(func: Any, out_elems: int, target: dict[str, Any], rule: str) -> Blocking:
     """Blocking of one scheduled PrimFunc (the schedules package's answer when it has one)."""
-    return _schedules_blocking(func) or loop_blocking(func.script(), out_elems, target, rule)
+    return _schedules_blocking(func, target) or loop_blocking(
+        func.script(), out_elems, target, rule
+    )

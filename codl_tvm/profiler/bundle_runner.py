@@ -39,14 +39,16 @@ def time_function(
 
     One untimed warm-up call, then ``number`` calls per repeat chosen so a repeat lasts about
     ``min_repeat_ms``; slow kernels get fewer repeats so one measurement stays under ~3 s.
+    The VM's stateful API (``set_input`` + ``invoke_stateful``) works both here and over RPC.
     """
+    vm.set_input(name, *args)
     t0 = time.perf_counter()
-    vm[name](*args)
+    vm.invoke_stateful(name)
     dev.sync()
     first_s = time.perf_counter() - t0
     number = max(1, int(min_repeat_ms / 1e3 / max(first_s, 1e-7)))
     repeat = max_repeat if first_s < 0.05 else (3 if first_s < 1.0 else 1)
-    res = vm.time_evaluator(name, dev, number=number, repeat=repeat)(*args)
+    res = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)(name)
     costs = np.array(list(res.results)) * 1e6
     return float(np.median(costs)), float((costs.max() - costs.min()) / 2), repeat, first_s
 
@@ -63,7 +65,7 @@ def make_inputs(shapes: list[list[int]], devs: list[Any], seed: int = 0) -> list
     rng = np.random.default_rng(seed)
     return [
         tvm.runtime.tensor(rng.standard_normal(tuple(s), dtype=np.float32), d)
-        for s, d in zip(shapes, devs)
+        for s, d in zip(shapes, devs, strict=False)
     ]
 
 
@@ -108,7 +110,9 @@ def run_bundle(
     bundle, out = Path(bundle), Path(out)
     man = json.loads((bundle / "manifest.json").read_text())
     if man.get("version") != MANIFEST_VERSION:
-        raise SystemExit(f"{bundle}: manifest version {man.get('version')} is not {MANIFEST_VERSION}")
+        raise SystemExit(
+            f"{bundle}: manifest version {man.get('version')} is not {MANIFEST_VERSION}"
+        )
     cols, key_cols = man["columns"], man["key_columns"]
     if man.get("cuda_arch"):
         setup_cuda(man["cuda_arch"])
@@ -134,8 +138,12 @@ def run_bundle(
                     counts["skipped"] += len(todo) - n
                     break
                 args = make_inputs(entry["inputs"], [devs[i] for i in entry["input_devices"]])
-                med, spread, rep, first = time_function(vm, entry["name"], args, devs[entry["timer_device"]])
-                row = dict(entry["row"], latency_us=round(med, 3), spread_us=round(spread, 3), repeat=rep)
+                med, spread, rep, first = time_function(
+                    vm, entry["name"], args, devs[entry["timer_device"]]
+                )
+                row = dict(
+                    entry["row"], latency_us=round(med, 3), spread_us=round(spread, 3), repeat=rep
+                )
                 if "cores" in lib:
                     row["cores"] = lib["cores"]
                 writer.writerow({c: row[c] for c in cols})
@@ -144,7 +152,9 @@ def run_bundle(
                 if first > max_call_s:
                     counts["skipped"] += len(todo) - n - 1
                     break
-            print(f"{lib['file']}: done ({counts}, {time.perf_counter() - start:.0f} s)", flush=True)
+            print(
+                f"{lib['file']}: done ({counts}, {time.perf_counter() - start:.0f} s)", flush=True
+            )
     return counts
 
 

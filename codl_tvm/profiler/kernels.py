@@ -113,26 +113,33 @@ def _schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tuple[tvm.IRModul
     """Bind the target to every PrimFunc and schedule GPU ones; returns the rule per PrimFunc."""
     rules: dict[str, str] = {}
     is_gpu = target.kind.name != "llvm"
+    for gv, func in list(mod.functions_items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gv] = func.with_attr("target", target)
+    try:  # the project's kernels first, DLight for what they leave unscheduled
+        from codl_tvm.schedules import ApplySchedules
+    except ImportError:
+        pass
+    else:
+        mod = ApplySchedules()(mod)
     with target:
         for gv, func in list(mod.functions_items()):
             if not isinstance(func, tvm.tirx.PrimFunc):
                 continue
-            func = func.with_attr("target", target)
             rules[gv.name_hint] = "default"
+            if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+                rules[gv.name_hint] = "schedules"
+                continue
             for name, rule in _gpu_rules() if is_gpu else []:
                 sch = rule.apply(func, target, False)
                 if sch is not None:
                     sch = sch[0] if isinstance(sch, list) else sch
-                    func = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                    mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
                     rules[gv.name_hint] = name
                     break
-            mod[gv] = func
-        try:
-            from codl_tvm.schedules import ApplySchedules  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            mod = ApplySchedules()(mod)
+    for gv, func in list(mod.functions_items()):  # schedulers may rename it "main"
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gv] = func.with_attr("global_symbol", gv.name_hint)
     return mod, rules
 
 

@@ -35,13 +35,13 @@ def plan_batches(jobs: Sequence[Job], batch_size: int = 24) -> list[Batch]:
     return out
 
 
-def lib_devices(pair: DevicePair, role: str | None) -> list[tuple[str, int]]:
+def lib_devices(pair: DevicePair, role: str | None) -> list[list[Any]]:
     """Runtime devices of a module, in the VM's order (vdevice order for transfers)."""
     if role is None:
         roles = ["gpu", "cpu"]
     else:
         roles = [role] + (["cpu"] if pair.runtime_kind(role) != "cpu" else [])
-    return [(pair.runtime_kind(r), pair.runtime_index(r)) for r in roles]
+    return [[pair.runtime_kind(r), pair.runtime_index(r)] for r in roles]
 
 
 def entry_placement(entry: Entry, role: str | None) -> tuple[list[int], int]:

@@ -80,7 +80,9 @@ def _parse(path: Path, lineno: int, col: str, text: str) -> Any:
         try:
             val = float(text)
         except ValueError:
-            raise SampleError(f"{path}:{lineno}: column {col!r} is not a number: {text!r}") from None
+            raise SampleError(
+                f"{path}:{lineno}: column {col!r} is not a number: {text!r}"
+            ) from None
         if math.isnan(val) or math.isinf(val):
             raise SampleError(f"{path}:{lineno}: column {col!r} is {text}")
         return int(val) if col in INT_COLUMNS else val

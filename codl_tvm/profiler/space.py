@@ -123,9 +123,13 @@ def random_spec(rng: np.random.Generator, kind: str) -> OpSpec:
 
 
 def sample_specs(
-    n: int, seed: int = 0, max_flops: float = 5e7, kinds: Sequence[str] | None = None
+    n: int,
+    seed: int = 0,
+    max_flops: float = 5e7,
+    kinds: Sequence[str] | None = None,
+    min_flops: float = 0.0,
 ) -> list[OpSpec]:
-    """``n`` random ops in CoDL's ranges with at most ``max_flops`` each (cheap to measure)."""
+    """``n`` random ops in CoDL's ranges with ``min_flops`` to ``max_flops`` FLOPs each."""
     rng = np.random.default_rng(seed)
     names = list(kinds or KIND_WEIGHTS)
     weights = np.array([KIND_WEIGHTS[k] for k in names])
@@ -138,7 +142,7 @@ def sample_specs(
             spec = random_spec(rng, kind)
         except ValueError:
             continue
-        if spec.flops <= max_flops:
+        if min_flops <= spec.flops <= max_flops:
             specs.append(spec)
     return specs
 
@@ -178,7 +182,8 @@ def _workload_spec(row: dict[str, str], cols: set[str]) -> OpSpec:
     ph, pw = _int(row, "PH"), _int(row, "PW")
     pt, pb = same_padding(ih, kh, sh, dh) if same else (0, 0)
     pl, pr = same_padding(iw, kw, sw, dh) if same else (0, 0)
-    pad = (pt + ph, pl + pw, pb + ph, pr + pw)
+    # PH / PW are the total explicit padding of an axis (MACE convention), split evenly
+    pad = (pt + ph // 2, pl + pw // 2, pb + ph - ph // 2, pr + pw - pw // 2)
     if "POT" in cols:
         kind = "pool_max" if _int(row, "POT") == 2 else "pool_avg"
         return OpSpec(kind, ih, iw, ic, ic, kh, kw, sh, sw, pad, dh)

@@ -67,7 +67,7 @@ def leaf_blocks(func: tirx.PrimFunc) -> list[SBlock]:
     sch = Schedule(func)
     try:
         children = sch.get_child_blocks(sch.get_sblock("root"))
-    except (tvm.error.TVMError, ValueError):
+    except Exception:  # noqa: BLE001 - no root block: nothing to recognise
         return []
     return [sch.get(b) for b in children]
 
@@ -234,3 +234,23 @@ def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:
     if func.attrs is None or "target" not in func.attrs:
         return None
     return func.attrs["target"]
+
+
+def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int] | None:
+    """(M, K, N) when ``func``'s matmul block is ``out[i, j] += p0[i, k] * p1[k, j]``."""
+    info_blocks = [b for b in leaf_blocks(func) if _is_reduction(b)]
+    if len(info_blocks) != 1 or not _is_matmul(info_blocks[0]) or len(func.params) < 3:
+        return None
+    block = info_blocks[0]
+    i, j, k = (iv.var for iv in block.iter_vars)
+    mul = block.body.value.b
+    a, b = mul.a, mul.b
+    same = [
+        a.source.same_as(func.params[0]), b.source.same_as(func.params[1]),
+        all(x.same_as(y) for x, y in zip(a.indices, (i, k), strict=False)),
+        all(x.same_as(y) for x, y in zip(b.indices, (k, j), strict=False)),
+    ]
+    shape_a, shape_b = _ints(a.source.shape), _ints(b.source.shape)
+    if not all(same) or shape_a is None or shape_b is None:
+        return None
+    return shape_a[0], shape_a[1], shape_b[1]

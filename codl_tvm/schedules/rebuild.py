@@ -84,12 +84,13 @@ def _epilogue(block: SBlock, tensors: dict, name: str) -> te.Tensor:
     ivars = [iv.var for iv in block.iter_vars]
     shape = tuple(store.buffer.shape)
     if len(store.indices) != len(ivars) or any(
-        not (isinstance(i, Var) and i.same_as(v)) for i, v in zip(store.indices, ivars)
+        not (isinstance(i, Var) and i.same_as(v))
+        for i, v in zip(store.indices, ivars, strict=False)
     ) or [int(iv.dom.extent) for iv in block.iter_vars] != [int(s) for s in shape]:
         raise Unsupported(f"block {block.name_hint} does not write its buffer one-to-one")
 
     def body(*axes: tirx.Var) -> tirx.PrimExpr:
-        return _convert(store.value, dict(zip(ivars, axes)), tensors)
+        return _convert(store.value, dict(zip(ivars, axes, strict=False)), tensors)
 
     return te.compute(shape, body, name=name)
 

@@ -67,17 +67,21 @@ MODELS: dict[str, ModelSpec] = {
         build_fast_style_transfer, "image", (3, 480, 640), CODL, hw_multiple=4
     ),
     "resnet-18": ModelSpec(build_resnet18, "image", (3, 224, 224), f"{EOP}; {MULAYER}", min_hw=32),
-    "mobilenet-v1": ModelSpec(build_mobilenet_v1, "image", (3, 224, 224), f"{EOP}; {MULAYER}",
-                              min_hw=32),  # fmt: skip
-    "mobilenet-v2": ModelSpec(build_mobilenet_v2, "image", (3, 224, 224), f"{EOP}; {MULAYER}",
-                              min_hw=32),  # fmt: skip
-    "inception-v3": ModelSpec(build_inception_v3, "image", (3, 299, 299), f"{EOP}; {MULAYER}",
-                              min_hw=75),  # fmt: skip
+    "mobilenet-v1": ModelSpec(
+        build_mobilenet_v1, "image", (3, 224, 224), f"{EOP}; {MULAYER}", min_hw=32
+    ),
+    "mobilenet-v2": ModelSpec(
+        build_mobilenet_v2, "image", (3, 224, 224), f"{EOP}; {MULAYER}", min_hw=32
+    ),
+    "inception-v3": ModelSpec(
+        build_inception_v3, "image", (3, 299, 299), f"{EOP}; {MULAYER}", min_hw=75
+    ),
     "lstm": ModelSpec(build_rnn, "sequence", (1, 80), EOP, fixed={"cell": "lstm"}),
     "gru": ModelSpec(build_rnn, "sequence", (1, 80), EOP, fixed={"cell": "gru"}),
     "bert-base": ModelSpec(build_bert, "tokens", (128,), EOP),
-    "tiny-cnn": ModelSpec(build_tiny_cnn, "image", (3, 32, 32), "codl-tvm demo model",
-                          min_hw=8, hw_multiple=8),  # fmt: skip
+    "tiny-cnn": ModelSpec(
+        build_tiny_cnn, "image", (3, 32, 32), "codl-tvm demo model", min_hw=8, hw_multiple=8
+    ),
 }
 
 
@@ -115,8 +119,10 @@ def resolve_shape(name: str, input_shape: tuple[int, ...] | list[int] | int | No
         c, h, w = shape
         if c != spec.default_shape[0]:
             raise ValueError(f"{name}: takes {spec.default_shape[0]} input channels, not {c}")
-        if min(h, w) < max(spec.min_hw, spec.hw_multiple) or h % spec.hw_multiple or (
-            w % spec.hw_multiple
+        if (
+            min(h, w) < max(spec.min_hw, spec.hw_multiple)
+            or h % spec.hw_multiple
+            or (w % spec.hw_multiple)
         ):
             raise ValueError(
                 f"{name}: input {h}x{w} unsupported; H and W must be >= "

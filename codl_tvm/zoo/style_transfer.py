@@ -33,7 +33,9 @@ def _upsample(g: GraphBuilder, x: T, oc: int, mode: str, norm: str) -> T:
         x = g.op("Resize", [x.name, "", scales], (n, c, 2 * h, 2 * w), mode="nearest")
         return _conv_norm(g, x, oc, 3, 1, norm, "relu")
     if mode != "deconv":
-        raise ValueError(f"fast-style-transfer: upsample must be 'deconv' or 'resize', not {mode!r}")
+        raise ValueError(
+            f"fast-style-transfer: upsample must be 'deconv' or 'resize', not {mode!r}"
+        )
     y = g.conv_transpose(x, oc, 3, 2, act="none")
     if norm == "instance":
         scale = g.const(g.rng.uniform(0.8, 1.2, oc).astype(np.float32), "in_scale")

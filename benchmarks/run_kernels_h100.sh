@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Kernel benchmark on the H100 machine (runtime-only TVM). Prepare on the dev machine:
+#   python benchmarks/kernels.py build --pair x86-cuda --out .devcarry/kernels-x86-cuda
+#   ../shared/gpu/pack-tvm-runtime.sh .devcarry
+# then, from the repo root on the H100 machine with .devcarry/ carried:
+#   bash benchmarks/run_kernels_h100.sh
+# Writes $OUT/kernels-h100.json, $OUT/peak_gpu.json and $OUT/kernels-h100.log.
+set -euo pipefail
+OUT=${OUT:-/tmp/codl-out}
+mkdir -p "$OUT" /tmp/site
+tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
+export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" || true
+lscpu > "$OUT/lscpu.txt" || true
+nvcc -O3 -arch=sm_90 benchmarks/peak/peak_gpu.cu -o /tmp/peak_gpu
+/tmp/peak_gpu | tee "$OUT/peak_gpu.json"
+# 7.5 min guard: kernels print as they finish, so a cut-off run still leaves a log
+timeout 450 python benchmarks/kernels.py run .devcarry/kernels-x86-cuda \
+  --json "$OUT/kernels-h100.json" --gpu-peak-json "$OUT/peak_gpu.json" --min-repeat-ms 20 \
+  2>&1 | tee "$OUT/kernels-h100.log"

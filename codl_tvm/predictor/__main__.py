@@ -1,0 +1,5 @@
+import sys
+
+from codl_tvm.predictor.cli import main
+
+sys.exit(main())

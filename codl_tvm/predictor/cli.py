@@ -1,0 +1,50 @@
+"""``codl-tvm train`` and ``codl-tvm report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("samples", help="samples CSV from `codl-tvm profile`")
+    parser.add_argument("--kind", default="codl", choices=["codl", "flops", "eop", "gbdt"])
+    parser.add_argument("-o", "--output", required=True, help="predictor JSON")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from codl_tvm.predictor import train
+
+    p = train(args.samples, kind=args.kind, output=args.output)
+    print(json.dumps({"kind": p.kind, "pair": p.pair_, "size_bytes": p.size_bytes,
+                      "output": args.output}))  # fmt: skip
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
+    parser.add_argument("samples", help="samples CSV to evaluate on (same device pair)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from codl_tvm.predictor import report
+    from codl_tvm.predictor.report import format_table
+
+    rep = report(args.predictor, args.samples)
+    print(json.dumps(rep["rows"], indent=1) if args.json else format_table(rep))
+    return 0
+
+
+# the lead wires these as `codl-tvm train` / `codl-tvm report`
+add_arguments = add_train_arguments
+run = run_train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codl_tvm.predictor")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    add_train_arguments(sub.add_parser("train", help="fit a predictor on samples"))
+    add_report_arguments(sub.add_parser("report", help="accuracy of a predictor on samples"))
+    args = parser.parse_args(argv)
+    return run_train(args) if args.cmd == "train" else run_report(args)

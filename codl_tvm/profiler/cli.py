@@ -1,0 +1,90 @@
+"""``codl-tvm profile`` (local / RPC / bundle run) and ``codl-tvm profile-bundle`` (build)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``codl-tvm profile``."""
+    parser.add_argument("--pair", default="cpu-pair", help="device pair preset (default cpu-pair)")
+    parser.add_argument("--arch", help="CUDA arch of an x86-cuda pair, e.g. sm_90")
+    parser.add_argument("--quick", action="store_true", help="a few hundred cheap samples")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="measure the shapes of a workload CSV (repeatable)",
+    )
+    parser.add_argument("--max-flops", type=float, help="skip ops with more FLOPs than this")
+    parser.add_argument("--seed", type=int, default=0)
+    way = parser.add_mutually_exclusive_group()
+    way.add_argument("--rpc", metavar="HOST:PORT", help="measure on a TVM RPC server")
+    way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure through a TVM tracker")
+    way.add_argument("--bundle", metavar="DIR", help="measure a bundle built by `profile-bundle`")
+    parser.add_argument("--rpc-key", help="device key for --rpc-tracker")
+    parser.add_argument("--deadline-s", type=float, default=420.0, help="bundle runs stop here")
+    parser.add_argument("-o", "--output", required=True, help="samples CSV (appended, resumable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bundle:
+        from codl_tvm.profiler.bundle_runner import run_bundle
+
+        counts = run_bundle(args.bundle, args.output, args.deadline_s)
+    else:
+        from codl_tvm.profiler import profile
+
+        opts = {"max_flops": args.max_flops, "seed": args.seed}
+        counts = profile(
+            args.pair, args.output, quick=args.quick, workloads=args.workload, rpc=args.rpc,
+            tracker=args.rpc_tracker, key=args.rpc_key, arch=args.arch, **opts,
+        )  # fmt: skip
+    print(json.dumps(counts))
+    return 0
+
+
+def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``codl-tvm profile-bundle`` (= ``python -m codl_tvm.profiler bundle``)."""
+    parser.add_argument("--pair", required=True, help="device pair preset, e.g. x86-cuda")
+    parser.add_argument("--arch", help="CUDA arch, e.g. sm_90")
+    parser.add_argument("--mcpu", help="llvm mcpu of the target host, e.g. sapphirerapids")
+    parser.add_argument("--num-cores", type=int, help="CPU cores of the target host")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workload", action="append", default=[], metavar="CSV")
+    parser.add_argument("--max-flops", type=float)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shares", help="comma-separated shares per processor (0.1..1.0)")
+    parser.add_argument("--max-mib", type=float, default=40.0, help="bundle size cap")
+    parser.add_argument("-o", "--output", required=True, help="bundle folder")
+
+
+def run_bundle_build(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from codl_tvm.device import DevicePair
+    from codl_tvm.profiler import make_jobs
+    from codl_tvm.profiler.bundle import build_bundle
+
+    pair = DevicePair.preset(args.pair, arch=args.arch, num_cores=args.num_cores)
+    if args.mcpu:
+        pair = replace(pair, cpu_spec={**pair.cpu_spec, "mcpu": args.mcpu}, _cache={})
+    shares = [float(x) for x in args.shares.split(",")] if args.shares else None
+    jobs = make_jobs(args.quick, args.workload, max_flops=args.max_flops, seed=args.seed,
+                     shares=shares)  # fmt: skip
+    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    n = sum(len(lib["entries"]) for lib in man["libs"])
+    print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],
+                      "left_out": man["left_out"], "output": args.output}))  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codl_tvm.profiler")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    add_arguments(sub.add_parser("profile", help="measure kernels into a samples CSV"))
+    add_bundle_arguments(sub.add_parser("bundle", help="compile an offline profiling bundle"))
+    args = parser.parse_args(argv)
+    return run(args) if args.cmd == "profile" else run_bundle_build(args)

@@ -1,0 +1,167 @@
+"""CPU kernels other than the dense direct conv: grouped/depthwise conv, pooling, matmul."""
+
+from __future__ import annotations
+
+import math
+
+from tvm import te, tirx
+from tvm.s_tir import Schedule
+
+from .analysis import Conv2DInfo, OpInfo
+from .blocking import Blocking
+from .cpu_conv import out_shape
+from .target_info import TargetInfo
+
+
+def grouped_compute(c: Conv2DInfo, t: TargetInfo):
+    """``build(x, w) -> out`` for grouped/depthwise conv, output columns in SIMD lanes."""
+    owp = math.ceil(c.ow / t.lanes) * t.lanes
+    (sh, sw), (dh, dw) = c.stride, c.dilation
+    top, left = c.pad[0], c.pad[1]
+    hp = (c.oh - 1) * sh + (c.kh - 1) * dh + 1
+    wp = (owp - 1) * sw + (c.kw - 1) * dw + 1
+    ocg, icg = c.oc // c.groups, c.ic_per_group
+
+    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+        def pad_val(n, ci, h, ww):
+            hi, wi = h - top, ww - left
+            inside = tirx.all(hi >= 0, hi < c.h, wi >= 0, wi < c.w)
+            return tirx.if_then_else(inside, x[n, ci, hi, wi], tirx.const(0.0, x.dtype))
+
+        xp = te.compute((c.n, c.ic, hp, wp), pad_val, name="codl_pad")
+        rc = te.reduce_axis((0, icg), name="rc")
+        ry = te.reduce_axis((0, c.kh), name="ry")
+        rx = te.reduce_axis((0, c.kw), name="rx")
+        acc = te.compute(
+            (c.n, c.oc, c.oh, owp),
+            lambda n, f, y, xx: te.sum(
+                xp[n, f // ocg * icg + rc, y * sh + ry * dh, xx * sw + rx * dw]
+                * w[f, rc, ry, rx],
+                axis=[rc, ry, rx],
+            ),
+            name="codl_conv",
+        )
+        return te.compute(out_shape(c), lambda *i: acc[i], name="codl_unpack")
+
+    return build
+
+
+def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
+    conv = sch.get_sblock("codl_conv")
+    n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+    xo, xi = sch.split(x, [None, t.lanes])
+    sch.reorder(n, f, y, xo, rc, ry, rx, xi)
+    task = sch.fuse(n, f, y)
+    sch.parallel(task)
+    acc = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(acc, xo)
+    sch.vectorize(xi)
+    sch.decompose_reduction(conv, rc)
+    sch.vectorize(sch.get_loops(sch.get_sblock("codl_conv_init"))[-1])
+    sch.vectorize(sch.get_loops(acc)[-1])
+    for name in ("codl_pad", "codl_unpack"):
+        loops = sch.get_loops(sch.get_sblock(name))
+        sch.parallel(sch.fuse(*loops[:-1]))
+    tasks = c.n * c.oc * c.oh
+    return Blocking(
+        algorithm="depthwise-direct" if c.depthwise else "group-direct", processor="cpu",
+        op="depthwise_conv2d" if c.depthwise else "group_conv2d",
+        output_size=c.n * c.oc * c.oh * c.ow, block_shape={"oc": 1, "h": 1, "w": c.ow},
+        basic_unit_shape={"w": t.lanes}, num_blocks=tasks, cores=t.cores,
+        vector_lanes=t.lanes, grid={"parallel": tasks}, rule=rule,
+    )
+
+
+def schedule_pool(sch: Schedule, info: OpInfo, t: TargetInfo, rule: str) -> Blocking:
+    """Parallel over (batch, channel, row); pad inlined; epilogue computed per row."""
+    for name in info.prologue:
+        sch.compute_inline(sch.get_sblock(name))
+    main = sch.get_sblock(info.main_block)
+    loops = sch.get_loops(main)
+    task = sch.fuse(*loops[:3])
+    sch.parallel(task)
+    for name in info.epilogue[:1]:
+        sch.reverse_compute_at(sch.get_sblock(name), task)
+    for name in info.epilogue[1:]:
+        sch.reverse_compute_inline(sch.get_sblock(name))
+    n, ch, oh, ow = info.out_shape
+    return Blocking(
+        algorithm="pool", processor="cpu", op="pool2d", output_size=n * ch * oh * ow,
+        block_shape={"oc": 1, "h": 1, "w": ow}, basic_unit_shape={"w": 1},
+        num_blocks=n * ch * oh, cores=t.cores, vector_lanes=t.lanes,
+        grid={"parallel": n * ch * oh}, rule=rule,
+    )
+
+
+def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
+    """(row tile, column block, columns computed by the vector main part)."""
+    mi = min(m, 4)
+    vb = t.lanes * 2 if n >= t.lanes * 2 else t.lanes
+    return mi, vb, n // vb * vb
+
+
+def matmul_compute(m: int, k: int, n: int, t: TargetInfo):
+    """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail."""
+    _, _, n_main = matmul_tiles(m, n, t)
+    shape = (tirx.IntImm("int64", m), tirx.IntImm("int64", n))
+
+    def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+        def part(name: str, lo: int, hi: int) -> te.Tensor:
+            r = te.reduce_axis((0, k), name="k")
+            return te.compute(
+                (m, hi - lo), lambda i, j: te.sum(a[i, r] * b[r, j + lo], axis=r), name=name
+            )
+
+        spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
+        parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
+        if len(parts) == 1:
+            return te.compute(shape, lambda i, j: parts[0][i, j], name="codl_unpack")
+        return te.compute(
+            shape,
+            lambda i, j: tirx.if_then_else(
+                j < n_main, parts[0][i, j], parts[1][i, j - n_main]
+            ),
+            name="codl_unpack",
+        )
+
+    return build
+
+
+def schedule_matmul(sch: Schedule, m: int, n: int, t: TargetInfo, rule: str) -> Blocking:
+    mi, vb, n_main = matmul_tiles(m, n, t)
+    names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    if "codl_mm_main" in names:
+        blk = sch.get_sblock("codl_mm_main")
+        i, j, r = sch.get_loops(blk)
+        io, ii = sch.split(i, [None, mi])
+        # Each task streams a contiguous chunk of up to 16 column blocks of every weight row
+        # (the (K, N) weight is read row-wise, which is what bounds a GEMV).
+        blocks = n_main // vb
+        per_task = max(d for d in range(1, 17) if blocks % d == 0)
+        jo, jm, jv = sch.split(j, [None, per_task, vb])
+        ju, jl = sch.split(jv, [None, t.lanes])
+        sch.reorder(jo, io, r, ii, jm, ju, jl)
+        task = sch.fuse(jo, io)
+        sch.parallel(task)
+        acc = sch.cache_write(blk, 0, "local")
+        sch.reverse_compute_at(acc, task)
+        sch.unroll(ii)
+        sch.unroll(ju)
+        sch.vectorize(jl)
+        sch.decompose_reduction(blk, r)
+    if "codl_mm_tail" in names:
+        blk = sch.get_sblock("codl_mm_tail")
+        i, j, r = sch.get_loops(blk)
+        sch.parallel(sch.fuse(i, j))
+    loops = sch.get_loops(sch.get_sblock("codl_unpack"))
+    sch.parallel(loops[0])
+    blocks = max(1, n_main // vb)
+    per_task = max(d for d in range(1, 17) if blocks % d == 0)
+    tasks = blocks // per_task * math.ceil(m / mi)
+    return Blocking(
+        algorithm="gemv" if m == 1 else "gemm", processor="cpu", op="matmul",
+        output_size=m * n, block_shape={"m": mi, "n": vb * per_task},
+        basic_unit_shape={"n": t.lanes},
+        num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
+        rule=rule,
+    )

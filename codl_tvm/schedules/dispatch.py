@@ -1,0 +1,193 @@
+"""One dispatch table: (processor family, op kind, shape predicate) -> schedule rule.
+
+Rules are tried in table order; the first whose family/op/predicate match and that
+succeeds wins. A rule that cannot handle a PrimFunc raises and the next one is tried; when
+none is left, DLight (GPU) or a plain/parallel loop nest (CPU) is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import tvm
+from tvm import tirx
+from tvm.s_tir import Schedule
+from tvm.s_tir import dlight as dl
+
+from . import cpu_conv, cpu_rules, gpu_rules
+from .analysis import OpInfo, analyze, matmul_dims
+from .blocking import Blocking
+from .rebuild import Unsupported, inline_epilogue, rebuild
+from .target_info import TargetInfo
+
+Scheduled = tuple[tirx.PrimFunc, Blocking]
+ApplyFn = Callable[[tirx.PrimFunc, OpInfo, tvm.target.Target, TargetInfo, str], Scheduled]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A row of the dispatch table."""
+
+    name: str
+    family: str  # "cpu" | "gpu"
+    ops: tuple[str, ...]
+    when: Callable[[OpInfo, TargetInfo], bool]
+    apply: ApplyFn
+
+
+def _f32(info: OpInfo, _t: TargetInfo) -> bool:
+    return info.dtype == "float32"
+
+
+def _always(_info: OpInfo, _t: TargetInfo) -> bool:
+    return True
+
+
+def _small_m(info: OpInfo, _t: TargetInfo) -> bool:
+    return len(info.out_shape) >= 2 and math.prod(info.out_shape[:-1]) <= 4
+
+
+# ---- CPU rules ------------------------------------------------------------------------
+
+
+def _te_kernel(func, info, t, compute, schedule) -> Scheduled:
+    new = rebuild(func, info.main_block, compute, 2)
+    sch = Schedule(new)
+    blocking = schedule(sch)
+    inline_epilogue(sch, "codl_unpack")
+    return sch.mod["main"], blocking
+
+
+def cpu_direct(func, info, _target, t, name) -> Scheduled:
+    c = info.conv
+    return _te_kernel(
+        func, info, t, cpu_conv.direct_compute(c, t),
+        lambda sch: cpu_conv.schedule_direct(sch, c, t, name),
+    )
+
+
+def cpu_grouped(func, info, _target, t, name) -> Scheduled:
+    c = info.conv
+    return _te_kernel(
+        func, info, t, cpu_rules.grouped_compute(c, t),
+        lambda sch: cpu_rules.schedule_grouped(sch, c, t, name),
+    )
+
+
+def cpu_matmul(func, info, _target, t, name) -> Scheduled:
+    dims = matmul_dims(func)
+    if dims is None:
+        raise Unsupported("matmul operands are not (M,K) x (K,N) params")
+    m, k, n = dims
+    return _te_kernel(
+        func, info, t, cpu_rules.matmul_compute(m, k, n, t),
+        lambda sch: cpu_rules.schedule_matmul(sch, m, n, t, name),
+    )
+
+
+def cpu_pool(func, info, _target, t, name) -> Scheduled:
+    sch = Schedule(func)
+    blocking = cpu_rules.schedule_pool(sch, info, t, name)
+    return sch.mod["main"], blocking
+
+
+def cpu_parallel(func, info, _target, t, name) -> Scheduled:
+    """Injective blocks: outer loops fused and parallel."""
+    sch = Schedule(func)
+    tasks = 1
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(rv)
+        if len(loops) >= 2:
+            fused = sch.fuse(*loops[:-1])
+            sch.parallel(fused)
+            tasks = max(tasks, math.prod(int(sch.get(lp).extent) for lp in [fused]))
+    out = math.prod(info.out_shape) if info.out_shape else 1
+    return sch.mod["main"], Blocking(
+        algorithm="parallel-loops", processor="cpu", op=info.kind, output_size=out,
+        block_shape={"elements": math.ceil(out / tasks)}, basic_unit_shape={"elements": 1},
+        num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
+        rule=name,
+    )
+
+
+# ---- GPU rules ------------------------------------------------------------------------
+
+
+def _dlight(names: tuple[str, ...], algorithm: str | None = None) -> ApplyFn:
+    def apply(func, info, target, t, rule) -> Scheduled:
+        done = gpu_rules.apply_dlight(func, target, names)
+        if done is None:
+            raise Unsupported(f"no DLight rule of {names} applies")
+        new, used = done
+        algo = algorithm if algorithm and used == names[0] else f"dlight-{used}"
+        return new, gpu_rules.gpu_blocking(new, info, t, algo, rule)
+
+    return apply
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("cpu-conv2d-direct-nchwc", "cpu", ("conv2d",), _f32, cpu_direct),
+    Rule("cpu-grouped-conv2d", "cpu", ("depthwise_conv2d", "group_conv2d"), _f32, cpu_grouped),
+    Rule("cpu-pool2d", "cpu", ("pool2d",), _always, cpu_pool),
+    Rule("cpu-matmul", "cpu", ("matmul",), _f32, cpu_matmul),
+    Rule("cpu-elementwise", "cpu", ("elementwise",), _always, cpu_parallel),
+    Rule("gpu-conv2d-implicit-gemm", "gpu", ("conv2d",), _always,
+         _dlight(("matmul", "fallback"), "implicit-gemm")),
+    Rule("gpu-grouped-conv2d", "gpu", ("depthwise_conv2d", "group_conv2d"), _always,
+         _dlight(("fallback",), "depthwise-direct")),
+    Rule("gpu-pool2d", "gpu", ("pool2d",), _always, _dlight(("fallback",), "pool")),
+    Rule("gpu-gemv", "gpu", ("matmul",), _small_m,
+         _dlight(("gemv", "low_batch_gemv", "matmul", "fallback"), "gemv")),
+    Rule("gpu-matmul", "gpu", ("matmul",), _always, _dlight(("matmul", "fallback"), "gemm")),
+    Rule("gpu-elementwise", "gpu", ("elementwise",), _always,
+         _dlight(("fallback",), "elementwise")),
+)
+
+GPU_FALLBACK = ("matmul", "gemv", "reduction", "general_reduction", "fallback")
+
+
+def _fallback(func, info, target, t) -> Scheduled:
+    if t.family == "gpu":
+        return _dlight(GPU_FALLBACK)(func, info, target, t, "dlight-fallback")
+    for rule_cls in (dl.cpu.GEMV, dl.cpu.Reduction):
+        try:
+            sch = rule_cls().apply(func, target, False)
+        except Exception:  # noqa: BLE001 - a rule that cannot schedule the func is skipped
+            sch = None
+        if sch is not None:
+            sch = sch[0] if isinstance(sch, list) else sch
+            out = math.prod(info.out_shape) if info.out_shape else 1
+            return sch.mod["main"], Blocking(
+                algorithm=f"dlight-{rule_cls.__name__.lower()}", processor="cpu", op=info.kind,
+                output_size=out, block_shape={"elements": out}, basic_unit_shape={"elements": 1},
+                num_blocks=1, cores=t.cores, vector_lanes=t.lanes, rule="dlight-fallback",
+            )
+    out = math.prod(info.out_shape) if info.out_shape else 1
+    return func, Blocking(
+        algorithm="plain", processor="cpu", op=info.kind, output_size=out,
+        block_shape={"elements": out}, basic_unit_shape={"elements": 1}, num_blocks=1,
+        cores=t.cores, vector_lanes=1, rule="plain",
+    )
+
+
+def select_rules(info: OpInfo, t: TargetInfo) -> list[Rule]:
+    """Rows of the table matching ``info`` on ``t``, in order."""
+    return [r for r in RULES if r.family == t.family and info.kind in r.ops and r.when(info, t)]
+
+
+def schedule_func(
+    func: tirx.PrimFunc, target: tvm.target.Target, t: TargetInfo
+) -> tuple[tirx.PrimFunc, Blocking, list[str]]:
+    """Schedule one PrimFunc; also returns why earlier matching rules were skipped."""
+    info = analyze(func)
+    skipped: list[str] = []
+    for rule in select_rules(info, t):
+        try:
+            new, blocking = rule.apply(func, info, target, t, rule.name)
+            return new, blocking, skipped
+        except Exception as err:  # noqa: BLE001 - any rule failure means: try the next rule
+            skipped.append(f"{rule.name}: {str(err).splitlines()[0][:200]}")
+    new, blocking = _fallback(func, info, target, t)
+    return new, blocking, skipped

@@ -1,0 +1,47 @@
+"""Small models and a reference runner shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax import op as rop
+
+LLVM = {"kind": "llvm"}
+
+
+def const(rng: np.random.Generator, shape: tuple[int, ...]) -> relax.Expr:
+    return relax.const(rng.standard_normal(shape).astype("float32"))
+
+
+def single_function(x_shape, body) -> tvm.IRModule:
+    """A module whose main(x) is ``body(bb, x)`` inside a dataflow block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def reference(mod: tvm.IRModule, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The unsplit model run by plain TVM on the CPU."""
+    exe = tvm.compile(mod, target=tvm.target.Target(LLVM))
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()])
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def conv(bb, x, rng, oc, k, stride=1, dilation=1, padding=(0, 0, 0, 0), groups=1, bias=False):
+    ic = int(x.ty.shape[1])
+    y = bb.emit(rop.nn.conv2d(x, const(rng, (oc, ic // groups, k, k)), strides=stride,
+                              padding=padding, dilation=dilation, groups=groups))
+    if bias:
+        y = bb.emit(rop.add(y, const(rng, (1, oc, 1, 1))))
+        y = bb.emit(rop.nn.relu(y))
+    return y

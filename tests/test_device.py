@@ -1,0 +1,49 @@
+"""Device pairs: presets, JSON, and the vdevice order the VM relies on."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+
+from codl_tvm import DevicePair
+
+
+def test_cpu_pair_is_two_llvm_devices_gpu_role_first():
+    pair = DevicePair.preset("cpu-pair")
+    assert [v.vdevice_id for v in pair.vdevices] == [1, 0]
+    assert pair.is_cpu_only and pair.runtime_kind("gpu") == "cpu"
+
+
+@pytest.mark.parametrize("name, gpu_kind", [("x86-cuda", "cuda"), ("android-opencl", "opencl"),
+                                            ("android-adreno", "opencl")])
+def test_gpu_presets(name, gpu_kind):
+    pair = DevicePair.preset(name, arch="sm_90")
+    assert pair.gpu_target.kind.name == gpu_kind
+    assert pair.gpu_target.host.kind.name == "llvm"
+    assert pair.vdevices[0].target.kind.name == gpu_kind
+    again = DevicePair.from_json(pair.to_json())
+    assert again.to_json() == pair.to_json()
+
+
+def test_android_presets_target_aarch64():
+    assert DevicePair.preset("android-opencl").cpu_spec["mtriple"] == "aarch64-linux-android"
+    assert "adreno" in DevicePair.preset("android-adreno").gpu_target.keys
+
+
+def test_auto_without_gpu_says_it_falls_back():
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    with pytest.warns(UserWarning, match="no CUDA GPU found"):
+        assert DevicePair.preset("auto").name == "cpu-pair"
+
+
+def test_x86_cuda_without_gpu_needs_arch():
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="pass arch"):
+        DevicePair.preset("x86-cuda")
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="unknown device pair 'tpu'"):
+        DevicePair.preset("tpu")

@@ -1,0 +1,101 @@
+"""Samples CSV: schema validation, resume bookkeeping, workload parsing, job geometry."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.profiler import space
+from codl_tvm.profiler.schema import COLUMNS, SampleError, SampleWriter, read_samples, row_key
+
+WORKLOADS = Path("/work/shared/workloads")
+
+
+def _row(pair: str = "cpu-pair", **kw) -> dict:
+    job = space.Job("gpu", "conv2d", OpSpec("conv2d", 8, 8, 4, 8, 3, 3, pad=(1, 1, 1, 1)), "H", 0.5)
+    row = job.row(pair, {"kind": "llvm"})
+    row.update(algorithm="llvm-naive", block=0, unit=1, cores=1, latency_us=12.5, spread_us=0.1,
+               repeat=5)  # fmt: skip
+    row.update(kw)
+    return row
+
+
+def _write(path: Path, rows: list[dict], columns=COLUMNS) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_round_trip_and_resume(tmp_path):
+    out = tmp_path / "s.csv"
+    writer = SampleWriter(out)
+    writer.write([_row(), _row(ratio=0.7)])
+    rows = read_samples(out, pair="cpu-pair")
+    assert len(rows) == 2 and rows[0]["latency_us"] == 12.5 and rows[0]["sub_H"] == 5
+    again = SampleWriter(out)
+    assert row_key(_row(ratio=0.7)) in again.done and row_key(_row(ratio=0.2)) not in again.done
+
+
+def test_missing_column(tmp_path):
+    path = _write(tmp_path / "s.csv", [_row()], [c for c in COLUMNS if c != "latency_us"])
+    with pytest.raises(SampleError, match=r"missing columns \['latency_us'\]"):
+        read_samples(path)
+
+
+@pytest.mark.parametrize("bad", ["nan", "", "fast"])
+def test_bad_latency(tmp_path, bad):
+    path = _write(tmp_path / "s.csv", [_row(), _row(ratio=0.2, latency_us=bad)])
+    with pytest.raises(SampleError, match=r"s.csv:3: column 'latency_us'"):
+        read_samples(path)
+
+
+def test_other_pair_rejected(tmp_path):
+    path = _write(tmp_path / "s.csv", [_row(), _row(pair="x86-cuda", ratio=0.2)])
+    with pytest.raises(SampleError, match="device pair 'x86-cuda'"):
+        read_samples(path)
+    with pytest.raises(SampleError, match="expected 'android-opencl'"):
+        read_samples(_write(tmp_path / "t.csv", [_row()]), pair="android-opencl")
+
+
+@pytest.mark.skipif(not WORKLOADS.exists(), reason="shared workloads not mounted")
+def test_workload_files_parse():
+    conv = space.workload_specs(WORKLOADS / "conv2d.csv")
+    assert conv and all(s.kind in ("conv2d", "depthwise") for _, s in conv)
+    # SAME padding keeps ceil(in / stride) rows
+    for _, s in conv:
+        assert s.out_h == -(-s.H // s.SH)
+    pools = space.workload_specs(WORKLOADS / "pool2d.csv")
+    assert {s.kind for _, s in pools} <= {"pool_max", "pool_avg"}
+    dense = space.workload_specs(WORKLOADS / "dense.csv")
+    assert all(s.kind == "dense" and s.H == 1 for _, s in dense)
+
+
+def test_workload_file_wrong_format(tmp_path):
+    p = tmp_path / "w.csv"
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a workload file"):
+        space.workload_specs(p)
+
+
+def test_jobs_cover_both_roles_dims_and_grid():
+    spec = OpSpec("conv2d", 10, 10, 4, 8, 3, 3, pad=(1, 1, 1, 1))
+    jobs = space.compute_jobs([spec], space.FULL_GRID)
+    shares = {(j.role, j.dim): set() for j in jobs}
+    for j in jobs:
+        shares[(j.role, j.dim)].add(round(j.share, 1))
+    assert set(shares) == {("gpu", "H"), ("gpu", "OC"), ("cpu", "H"), ("cpu", "OC")}
+    assert all(s == set(space.FULL_GRID) for s in shares.values())
+
+
+def test_random_specs_in_codl_ranges():
+    specs = space.sample_specs(60, seed=1, max_flops=1e8)
+    assert len(specs) == 60 and len({s.kind for s in specs}) >= 4
+    for s in specs:
+        assert 1 <= s.H <= 640 and s.flops <= 1e8 and s.KH <= 7 and s.SH <= 2
+        if s.kind == "conv2d":
+            assert 3 <= s.IC <= 4096 and 32 <= s.OC <= 4096

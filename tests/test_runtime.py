@@ -1,0 +1,108 @@
+"""Artifacts: export, runtime-only execution in a fresh process, and clean failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import conv, single_function
+from tvm.relax import op as rop
+
+import codl_tvm
+from codl_tvm import Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def exe():
+    rng = np.random.default_rng(0)
+
+    def body(bb, x):
+        x = conv(bb, x, rng, 6, 3, padding=(1, 1, 1, 1), bias=True)
+        return bb.emit(rop.nn.max_pool2d(x, (2, 2), (2, 2)))
+
+    mod = codl_tvm.load_model(single_function((1, 3, 12, 12), body))
+    return codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"),
+                            Plan.uniform(mod, "OC", 0.5))
+
+
+def test_runtime_only_process_gives_the_same_outputs(exe, tmp_path):
+    art = exe.export(tmp_path / "art")
+    assert sorted(p.name for p in art.iterdir()) == ["lib.so", "manifest.json", "params.npz"]
+    inputs = exe.random_inputs(seed=3)
+    np.savez(tmp_path / "x.npz", **inputs)
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=str(ROOT))
+    code = ("import sys, tvm; from codl_tvm import runtime; "
+            "assert 'tvm.relax' not in sys.modules; sys.exit(runtime.main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(art), "--inputs",
+                           str(tmp_path / "x.npz"), "-o", str(tmp_path / "out.npz"), "--time",
+                           "--repeat", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "median latency" in proc.stdout
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["output_0"], exe.run(inputs)[0])
+
+
+def test_manifest_places_inputs_and_cpu_weights(exe):
+    m = exe.manifest
+    assert [s["role"] for s in m["inputs"]] == ["gpu"]
+    assert m["params"] and {p["role"] for p in m["params"]} == {"cpu"}
+    assert m["devices"] == [["cpu", 1], ["cpu", 0]]
+    json.dumps(m)  # plain JSON
+
+
+def test_failed_export_leaves_nothing(exe, tmp_path, monkeypatch):
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", explode)
+    with pytest.raises(OSError, match="disk full"):
+        exe.export(tmp_path / "art")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_input_and_wrong_shape(exe):
+    with pytest.raises(KeyError, match="missing input 'x'"):
+        exe.run({})
+    with pytest.raises(ValueError, match="has shape"):
+        exe.run({"x": np.zeros((1, 3, 5, 5), "float32")})
+
+
+def test_runtime_cli_rejects_a_non_artifact(tmp_path):
+    from codl_tvm import runtime
+
+    assert runtime.main([str(tmp_path)]) == 1
+
+
+def test_input_on_the_cpu_for_a_cpu_only_plan():
+    rng = np.random.default_rng(1)
+    mod = codl_tvm.load_model(single_function((1, 2, 6, 6), lambda bb, x: conv(bb, x, rng, 3, 3)))
+    exe = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"), Plan.single(mod, "cpu"))
+    assert exe.manifest["inputs"][0]["role"] == "cpu"
+    x = rng.standard_normal((1, 2, 6, 6)).astype("float32")
+    np.testing.assert_allclose(exe.run({"x": x})[0],
+                               codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair")).run(
+                                   {"x": x})[0], rtol=1e-6)
+
+
+def test_set_input_would_move_cpu_weights_to_devices0_so_the_runner_calls_main_directly(exe):
+    """TVM_NOTES / apache/tvm#17884: ``set_input`` moves every argument to ``devices[0]``.
+    On the cpu-pair the kernels check device ids, so the stateful API fails where the direct
+    call (what :class:`codl_tvm.runtime.Runner` does) gives the right answer."""
+    import tvm
+
+    runner = exe.runner
+    inputs = exe.random_inputs(seed=5)
+    args = runner._args(inputs)
+    assert [a.device.index for a in args[1:]] == [0] * (len(args) - 1)  # CPU role: cpu(0)
+    runner.vm.set_input("main", *args)
+    with pytest.raises(Exception, match="device_id"):
+        runner.vm.invoke_stateful("main")
+    np.testing.assert_array_equal(runner.run(inputs)[0], exe.run(inputs)[0])
+    assert tvm.cpu(1).exist

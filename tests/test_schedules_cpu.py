@@ -1,0 +1,102 @@
+"""CPU schedules equal the unscheduled legalized PrimFunc on random inputs (rel. err <= 1e-5)."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from codl_tvm.schedules import blocking_of
+from codl_tvm.schedules import testing as T
+
+TOL = 1e-5
+# The dev/CI CPU has AVX-512 (znver4); the plain target exercises the SSE widths.
+TARGETS = [
+    {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+    {"kind": "llvm", "num-cores": 2},
+]
+SETTINGS = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@st.composite
+def conv_cases(draw, depthwise: bool):
+    ic = draw(st.integers(2 if depthwise else 1, 8))
+    kh, kw = draw(st.sampled_from([1, 3, 5])), draw(st.sampled_from([1, 3]))
+    sh, sw = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
+    dh, dw = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
+    pads = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 9))
+    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 12))
+    oc = ic if depthwise else draw(st.integers(1, 40))
+    groups = ic if depthwise else 1
+    return dict(
+        x=(1, ic, h, w), w=(oc, ic // groups, kh, kw), strides=(sh, sw), dilation=(dh, dw),
+        padding=pads, groups=groups,
+    )
+
+
+def _check(func, rule: str, target: dict) -> None:
+    assert T.check_cpu(func, target) <= TOL
+    blocking = blocking_of(T.schedule(func, target))
+    assert blocking is not None and blocking.rule == rule
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["avx512", "sse"])
+@SETTINGS
+@given(case=conv_cases(depthwise=False))
+def test_conv2d_direct(case, target):
+    x, w = case.pop("x"), case.pop("w")
+    _check(T.conv2d_func(x, w, **case), "cpu-conv2d-direct-nchwc", target)
+
+
+@SETTINGS
+@given(case=conv_cases(depthwise=True))
+def test_depthwise(case):
+    x, w = case.pop("x"), case.pop("w")
+    _check(T.conv2d_func(x, w, **case), "cpu-grouped-conv2d", TARGETS[0])
+
+
+@pytest.mark.parametrize(
+    "x, w, attrs",
+    [
+        ((1, 6, 7, 9), (4, 3, 3, 3), dict(groups=2, padding=(1, 0, 0, 1))),  # grouped
+        ((1, 4, 5, 5), (8, 1, 3, 3), dict(groups=4, strides=2, padding=1)),  # multiplier 2
+        ((1, 3, 1, 11), (33, 3, 3, 3), dict(padding=(1, 1, 1, 0))),  # one output row
+        ((1, 3, 2, 11), (17, 3, 3, 3), dict(padding=(1, 1, 0, 1))),  # top pad only
+        ((1, 64, 5, 13), (70, 64, 1, 1), {}),  # 1x1, OC not a multiple of the block
+    ],
+)
+def test_conv2d_awkward(x, w, attrs):
+    assert T.check_cpu(T.conv2d_func(x, w, **attrs), TARGETS[0]) <= TOL
+
+
+def test_conv2d_fused_bias_relu():
+    func = T.conv2d_func((1, 5, 6, 7), (19, 5, 3, 3), bias_relu=True, padding=(1, 1, 0, 1))
+    _check(func, "cpu-conv2d-direct-nchwc", TARGETS[0])
+
+
+@SETTINGS
+@given(
+    kind=st.sampled_from(["max", "avg"]), c=st.integers(1, 8), h=st.integers(3, 9),
+    w=st.integers(3, 9), k=st.sampled_from([2, 3]), s=st.sampled_from([1, 2]),
+    pads=st.tuples(*[st.integers(0, 1)] * 4),
+)
+def test_pool2d(kind, c, h, w, k, s, pads):
+    func = T.pool2d_func((1, c, h, w), kind, pool_size=(k, k), strides=(s, s), padding=pads)
+    _check(func, "cpu-pool2d", TARGETS[0])
+
+
+@SETTINGS
+@given(m=st.integers(1, 5), k=st.integers(1, 70), n=st.integers(1, 70), fused=st.booleans())
+def test_matmul(m, k, n, fused):
+    _check(T.matmul_func(m, k, n, bias_relu=fused), "cpu-matmul", TARGETS[0])
+
+
+def test_parallel_loops_match_blocking():
+    func = T.schedule(T.conv2d_func((1, 8, 6, 30), (40, 8, 3, 3), padding=1), TARGETS[0])
+    blocking = blocking_of(func)
+    assert blocking.grid["parallel"] in T.parallel_extents(func)
+    assert blocking.block_shape["oc"] % blocking.vector_lanes == 0
+    assert blocking.vector_lanes == 16  # AVX-512 from mcpu

@@ -1,0 +1,54 @@
+"""Compile-only GPU checks (cuda sm_90, opencl): every kernel gets threads and a blocking
+record whose grid matches the launch extents of the built code."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import tvm
+
+from codl_tvm.schedules import blocking_of
+from codl_tvm.schedules import testing as T
+from codl_tvm.schedules.gpu_rules import launch_extents
+
+HOST = {"kind": "llvm"}
+TARGETS = {
+    "cuda": tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host=HOST),
+    "opencl": tvm.target.Target({"kind": "opencl"}, host=HOST),
+}
+CASES = {
+    "conv-one-row": (lambda: T.conv2d_func((1, 5, 1, 7), (19, 5, 3, 3), padding=1),
+                     "gpu-conv2d-implicit-gemm"),
+    "conv-stride2-dil2-asym": (
+        lambda: T.conv2d_func((1, 6, 9, 11), (13, 6, 3, 3), strides=2, dilation=2,
+                              padding=(1, 0, 0, 2)), "gpu-conv2d-implicit-gemm"),
+    "conv-fused": (lambda: T.conv2d_func((1, 5, 4, 7), (19, 5, 3, 3), bias_relu=True,
+                                         padding=(1, 1, 0, 1)), "gpu-conv2d-implicit-gemm"),
+    "depthwise": (lambda: T.conv2d_func((1, 8, 9, 9), (8, 1, 3, 3), groups=8, strides=2,
+                                        padding=1), "gpu-grouped-conv2d"),
+    "avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(3, 3),
+                                       padding=(1, 0, 0, 1)), "gpu-pool2d"),
+    "gemv": (lambda: T.matmul_func(1, 64, 37), "gpu-gemv"),
+    "gemm": (lambda: T.matmul_func(30, 64, 100), "gpu-matmul"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TARGETS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_compiles_with_blocking(kind, case):
+    make, rule = CASES[case]
+    target = TARGETS[kind]
+    func = T.schedule(make(), target)
+    blocking = blocking_of(func)
+    assert blocking is not None and blocking.processor == "gpu" and blocking.rule == rule
+    grid = launch_extents(func)
+    assert blocking.grid == grid
+    assert blocking.num_blocks == math.prod(v for k, v in grid.items() if "blockIdx" in k)
+    assert blocking.num_blocks * blocking.block_size >= blocking.output_size
+    lib = T.build(func, target)  # fails VerifyMemory if a loop were left unbound
+    if kind == "cuda":
+        source = lib.mod.imports[0].inspect_source()
+        bounds = [int(b) for b in re.findall(r"__launch_bounds__\((\d+)\)", source)]
+        assert blocking.threads_per_block in bounds
