@@ -60,19 +60,25 @@ class Executable:
         """Standard-normal inputs of the right names, shapes and dtypes."""
         return runtime.random_inputs(self.manifest, seed)
 
-    def export(self, path: str | os.PathLike) -> Path:
+    def export(self, path: str | os.PathLike, weights: bool = True) -> Path:
         """Write the artifact folder (``lib.so``, ``params.npz``, ``manifest.json``).
 
         Everything is written into a temporary sibling folder first and renamed into place,
-        so a failed export leaves nothing behind.
+        so a failed export leaves nothing behind. ``weights=False`` leaves ``params.npz`` out
+        and marks the manifest so the runtime draws random weights of the right shapes: for
+        timing big models on a machine the weights cannot travel to.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
         try:
             self.vm_exec.export_library(str(tmp / runtime.LIBRARY))
-            np.savez(tmp / runtime.PARAMS, **self.params)
-            write_json_atomic(tmp / runtime.MANIFEST, self.manifest)
+            manifest = dict(self.manifest)
+            if weights:
+                np.savez(tmp / runtime.PARAMS, **self.params)
+            else:
+                manifest["weights"] = "random"
+            write_json_atomic(tmp / runtime.MANIFEST, manifest)
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)

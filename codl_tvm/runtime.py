@@ -162,9 +162,19 @@ def load(path: str | os.PathLike) -> Runner:
     if any(kind == "cuda" for kind, _ in manifest["devices"]):
         enable_cuda()
     module = tvm.runtime.load_module(str(path / LIBRARY))
-    with np.load(path / PARAMS, allow_pickle=False) as npz:
-        params = {k: npz[k] for k in npz.files}
+    if manifest.get("weights") == "random":
+        params = random_weights(manifest)
+    else:
+        with np.load(path / PARAMS, allow_pickle=False) as npz:
+            params = {k: npz[k] for k in npz.files}
     return Runner(module, manifest, params)
+
+
+def random_weights(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """Small random weights for an artifact exported without its weights (timing only)."""
+    rng = np.random.default_rng(seed)
+    return {p["name"]: (0.05 * rng.standard_normal(p["shape"])).astype(p["dtype"])
+            for p in manifest["params"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ def test_runtime_only_process_gives_the_same_outputs(exe, tmp_path):
 def test_manifest_places_inputs_and_cpu_weights(exe):
     m = exe.manifest
     assert [s["role"] for s in m["inputs"]] == ["gpu"]
-    assert m["params"] and {p["role"] for p in m["params"]} == {"cpu"}
+    assert {p["role"] for p in m["params"]} == {"cpu", "gpu"}
     assert m["devices"] == [["cpu", 1], ["cpu", 0]]
     json.dumps(m)  # plain JSON
 
@@ -100,9 +100,20 @@ def test_set_input_would_move_cpu_weights_to_devices0_so_the_runner_calls_main_d
     runner = exe.runner
     inputs = exe.random_inputs(seed=5)
     args = runner._args(inputs)
-    assert [a.device.index for a in args[1:]] == [0] * (len(args) - 1)  # CPU role: cpu(0)
+    roles = [p["role"] for p in exe.manifest["params"]]
+    assert [a.device.index for a in args[1:]] == [0 if r == "cpu" else 1 for r in roles]
     runner.vm.set_input("main", *args)
     with pytest.raises(Exception, match="device_id"):
         runner.vm.invoke_stateful("main")
     np.testing.assert_array_equal(runner.run(inputs)[0], exe.run(inputs)[0])
     assert tvm.cpu(1).exist
+
+
+def test_export_without_weights_runs_with_random_weights_of_the_right_shapes(exe, tmp_path):
+    from codl_tvm import runtime
+
+    art = exe.export(tmp_path / "light", weights=False)
+    assert not (art / "params.npz").exists()
+    runner = runtime.load(art)
+    (out,) = runner.run(exe.random_inputs())
+    assert out.shape == exe.run(exe.random_inputs())[0].shape and np.isfinite(out).all()

@@ -1,9 +1,11 @@
-"""LiftDeviceConstants: turn constants used on a device other than VDevice 0 into parameters.
+"""LiftDeviceConstants: turn the tensor constants kernels read into parameters of ``main``.
 
-The Relax VM loads every constant onto ``devices[0]`` (apache/tvm#17884), i.e. the GPU of our
-pairs. Weights a CPU kernel reads are therefore lifted into trailing parameters of ``main``,
-typed on the CPU vdevice; :class:`codl_tvm.Executable` uploads them to the CPU once at load
-time, so no weight is copied per inference. Run after :class:`BindKernelTargets`.
+The Relax VM loads every constant onto ``devices[0]`` (apache/tvm#17884), the GPU of our pairs,
+so weights a CPU kernel reads cannot stay constants. All kernel constants are lifted into
+trailing parameters, each typed on the vdevice of the kernel that reads it (a weight both
+devices read is lifted once per device); :class:`codl_tvm.Executable` uploads them once at load
+time, so no weight is copied per inference, and the compiled library carries no weights.
+Run after :class:`BindKernelTargets`.
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ class _Lifter(PyExprMutator):
         call = super().visit_call_(call)
         if not call.op.same_as(_CALL_TIR):
             return call
-        dev = vdevice_index(self.vdevices, getattr(call.ty_args[0], "vdevice", None))
-        if not dev:
-            return call
+        dev = vdevice_index(self.vdevices, getattr(call.ty_args[0], "vdevice", None)) or 0
         args = [self._lift(a, dev) for a in call.args[1].fields]
         return relax.call_tir(call.args[0], relax.Tuple(args), call.ty_args[0])
 
@@ -53,7 +53,7 @@ class _Lifter(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="LiftDeviceConstants")
 class LiftDeviceConstants:
-    """Lift constants read by kernels of VDevices other than 0 into parameters of ``main``.
+    """Lift the constants kernels read into parameters of ``main``, on the reading device.
 
     The lifted values are kept in the module attribute ``codl.lifted_params`` (name -> tensor)
     in parameter order.
