@@ -53,7 +53,7 @@ def run_demo(pair_name: str = "auto", dim: str = "H", ratio: float = 0.5, chain:
     (ref,) = unsplit.run(inputs)
     (out,) = split.run(inputs)
     err = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
-    table = format_table(plan_rows(mod, plan),
-                         ["op", "kind", "in", "out", "place", "dim", "ratio", "chain", "gpu", "cpu"])
+    columns = ["op", "kind", "in", "out", "place", "dim", "ratio", "chain", "gpu", "cpu"]
+    table = format_table(plan_rows(mod, plan), columns)
     return DemoReport(str(pair), err, unsplit.time(inputs, repeat) * 1e3,
                       split.time(inputs, repeat) * 1e3, table)

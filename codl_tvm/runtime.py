@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -40,13 +41,28 @@ _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
 
 # ---- CUDA in a runtime-only process (see shared/gpu/README.md) ------------------------------
 def _nvcc_compile(code: str, target: str | None = None) -> bytearray:
+    """nvcc -> fatbin, cached on disk under ``$CODL_CUDA_CACHE`` (keyed by source and arch) so
+    loading many artifacts can be warmed in parallel processes and repeated loads are free."""
     arch = os.environ.get("CODL_CUDA_ARCH") or _cuda_arch()
+    cache = os.environ.get("CODL_CUDA_CACHE")
+    key = hashlib.sha256(f"{arch}\n{code}".encode()).hexdigest()
+    cached = Path(cache, f"{key}.fatbin") if cache else None
+    if cached is not None and cached.exists():
+        return bytearray(cached.read_bytes())
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp, "k.cu"), Path(tmp, "k.fatbin")
         src.write_text(code)
         cmd = ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", str(out), str(src)]
-        subprocess.run(cmd, check=True, capture_output=True)
-        return bytearray(out.read_bytes())
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed on a TVM kernel: {proc.stderr.strip()[-2000:]}")
+        data = out.read_bytes()
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp_file = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp_file.write_bytes(data)
+        os.replace(tmp_file, cached)
+    return bytearray(data)
 
 
 def _cuda_arch() -> str:

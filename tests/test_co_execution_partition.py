@@ -177,7 +177,9 @@ def test_matmul_column_split():
         I.module_global_infos(VDEVICES)
 
         @R.function
-        def main(x: R.Tensor((2, 16), "float32", "llvm:0"), w: R.Tensor((16, 8), "float32", "llvm:0")):
+        def main(
+            x: R.Tensor((2, 16), "float32", "llvm:0"), w: R.Tensor((16, 8), "float32", "llvm:0")
+        ):
             with R.dataflow():
                 lv = R.to_vdevice(x, "llvm:1")
                 lv1 = R.to_vdevice(w, "llvm:1")
@@ -200,7 +202,9 @@ def test_matmul_row_split():
         I.module_global_infos(VDEVICES)
 
         @R.function
-        def main(x: R.Tensor((2, 16), "float32", "llvm:0"), w: R.Tensor((16, 8), "float32", "llvm:0")):
+        def main(
+            x: R.Tensor((2, 16), "float32", "llvm:0"), w: R.Tensor((16, 8), "float32", "llvm:0")
+        ):
             with R.dataflow():
                 lv = R.strided_slice(x, (0,), (0,), (1,))
                 lv1 = R.strided_slice(x, (0,), (1,), (2,))

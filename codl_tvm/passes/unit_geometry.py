@@ -53,7 +53,9 @@ def oc_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[ChannelPart]]:
     head = ops[0]
     for op in ops[1:]:
         if not RULES[op.kind].channel_local(op.call):
-            raise Unsplittable(f"{op.op_id} reads all input channels, so it cannot join an OC chain")
+            raise Unsplittable(
+                f"{op.op_id} reads all input channels, so it cannot join an OC chain"
+            )
     units = RULES[head.kind].units(head.call)
     n_gpu = split_count(units.count, ratio)
     parts: dict[str, list[ChannelPart]] = {}
