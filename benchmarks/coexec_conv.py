@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -132,7 +133,8 @@ def run(args: argparse.Namespace) -> None:
     paths = [str(root / r["path"]) for r in index["runs"]]
     t0 = time.time()
     chunks = [paths[i:: args.jobs] for i in range(args.jobs)]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    # spawn: a forked child cannot use CUDA once the parent has touched it
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         sum(pool.map(_warm, chunks))
     print(f"warmed {len(paths)} artifacts in {time.time() - t0:.0f} s", flush=True)
     rows, checks = [], []

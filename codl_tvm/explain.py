@@ -1,21 +1,50 @@
-"""Per-op explanation of a plan: where each op runs and what each device computes."""
+"""Per-op explanation of a plan: where each op runs, what each device computes, and how long.
+
+:func:`plan_rows` needs only the model and the plan. :func:`explain` adds each op's CPU, GPU
+and sharing time from a cost source (this module: a trained predictor,
+measurements of single-op models, or FLOPs-proportional placeholders) and lays out the timeline
+that :func:`codl_tvm.timeline.draw` draws.
+"""
 
 from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
 
 import tvm
 
 from .graph import entry_function, find_anchors
-from .passes.co_execution_partition import _resolve, build_units
 from .passes.split_rules import Unsplittable
 from .passes.unit_geometry import h_parts, oc_parts
 from .plan import Plan
+from .predictor.opspec import OpSpec, conv_kind
+
+# plan_rows' columns, then the cost columns explain() adds
+PLAN_COLUMNS = ["op", "kind", "in", "out", "place", "dim", "ratio", "chain", "gpu", "cpu"]
+COST_COLUMNS = ["cpu_us", "gpu_us", "share_us", "total_us"]
+TABLE_COLUMNS = ["op", "kind", "out", "place", "dim", "ratio", "chain", *COST_COLUMNS]
+POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
+
+
+def _units_api():
+    # the units helpers moved between modules while the pass grew; accept either home
+    from .passes import co_execution_partition as cep
+
+    try:
+        from .passes import units
+    except ImportError:
+        units = cep
+    resolve = getattr(units, "resolve_unit", None) or getattr(units, "_resolve", None)
+    return units.build_units, resolve or cep._resolve
 
 
 def plan_rows(mod: tvm.IRModule, plan: Plan) -> list[dict]:
     """One row per partitionable op: id, kind, shapes, placement, and each device's share."""
+    build_units, resolve = _units_api()
     anchors = find_anchors(entry_function(mod))
     rows: dict[str, dict] = {}
-    for unit in (_resolve(u) for u in build_units(anchors, plan)):
+    for unit in (resolve(u) for u in build_units(anchors, plan)):
         chain = unit.name if len(unit.ops) > 1 else ""
         shares = _shares(unit)
         for i, op in enumerate(unit.ops):
@@ -62,5 +91,254 @@ def _fmt(value) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
+
+
+# ---- op descriptions -> predictor specs ------------------------------------------------------
+def op_spec(desc: dict) -> tuple[OpSpec, int]:
+    """The :class:`OpSpec` of one op of :func:`codl_tvm.list_ops`, and how often it repeats.
+
+    An OpSpec is batch-1, so a batch-N conv is N repeats of one image. A matmul ``[.., M, K] x
+    [K, N]`` is a dense layer when M is 1, else a 1x1 convolution over M rows (what the plan's
+    ``H`` split cuts), repeated over leading batch dims.
+    """
+    kind, shape_in, shape_out = desc["kind"], desc["in"], desc["out"]
+    if kind == "matmul":
+        k, n = shape_in[-1], shape_out[-1]
+        rows = shape_out[-2] if len(shape_out) >= 2 else 1
+        repeat = math.prod(shape_out[:-2]) if len(shape_out) > 2 else 1
+        if rows == 1:
+            return OpSpec("dense", 1, 1, k, n), repeat
+        return OpSpec("conv2d", rows, 1, k, n), repeat
+    batch, channels, height, width = shape_in
+    common = {
+        "H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
+        "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0],
+    }  # fmt: skip
+    if kind in POOL_KINDS:
+        kh, kw = desc["pool_size"]
+        return OpSpec(POOL_KINDS[kind], IC=channels, OC=channels, KH=kh, KW=kw, **common), batch
+    oc, _, kh, kw = desc["weight"]
+    groups = desc["groups"]
+    return OpSpec(conv_kind(channels, oc, groups), IC=channels, OC=oc, KH=kh, KW=kw,
+                  groups=groups, **common), batch  # fmt: skip
+
+
+# ---- explanation -------------------------------------------------------------------------
+@dataclass
+class Explanation:
+    """Everything ``codl-tvm explain`` shows: per-op rows, the timeline, and notes.
+
+    Attributes
+    ----------
+    rows : list of dict
+        :func:`plan_rows` columns plus ``cpu_us``, ``gpu_us``, ``share_us``, ``total_us``.
+    timeline : codl_tvm.timeline.Timeline
+        Boxes of the co-executed run and of the CPU-only and GPU-only runs.
+    source : str
+        Where the times come from (predictor, measurement or placeholder).
+    notes : list of str
+        Warnings met on the way (ops left unsplit, predictions outside the trained range).
+    """
+
+    rows: list[dict]
+    timeline: object
+    source: str
+    unit: str = "us"
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, columns: list[str] | None = None) -> str:
+        return format_table(self.rows, columns or TABLE_COLUMNS)
+
+    def summary(self) -> str:
+        tl = self.timeline
+        best_role = "GPU" if tl.gpu_only_us <= tl.cpu_only_us else "CPU"
+        best = min(tl.gpu_only_us, tl.cpu_only_us)
+        speedup = best / tl.coexec_us if tl.coexec_us > 0 else float("nan")
+        u = self.unit
+        return (
+            f"times: {self.source}\n"
+            f"co-executed {tl.coexec_us:.1f} {u} (sharing {tl.share_us:.1f} {u}); "
+            f"CPU only {tl.cpu_only_us:.1f} {u}; GPU only {tl.gpu_only_us:.1f} {u}; "
+            f"{speedup:.2f}x the best single processor ({best_role})"
+        )
+
+
+def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
+    """Per-op times of ``plan`` on ``mod`` from ``costs``, and the timeline they make.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The model (from :func:`codl_tvm.load_model`).
+    plan : Plan
+        Validated against ``mod`` here.
+    costs : PredictorCosts, MeasuredCosts or FlopsCosts
+        Where the times come from.
+    """
+    from .timeline import layout
+
+    plan.validate(mod)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = plan_rows(mod, plan)
+        specs = {d["id"]: op_spec(d) for d in (a.describe() for a in
+                                                 find_anchors(entry_function(mod)))}
+        timeline = layout(rows, specs, costs, plan.io_device)
+    notes = list(dict.fromkeys(str(w.message) for w in caught))
+    return Explanation(rows, timeline, costs.label, costs.unit, notes)
+
+
+# ---- cost sources --------------------------------------------------------------------------
+class FlopsCosts:
+    """Placeholders, not times: work proportional to FLOPs, the same rate on both processors.
+
+    One unit is one MFLOP of computation, or one MB moved between or copied on processors.
+    """
+
+    label = "PLACEHOLDER proportional to FLOPs (1 unit = 1 MFLOP or 1 MB moved), not measured"
+    unit = "units"
+
+    def kernel_us(self, role: str, spec: OpSpec) -> float:
+        return spec.flops / 1e6
+
+    def share_us(self, op: str, role: str, nbytes: float) -> float:
+        return nbytes / 1e6
+
+    def move_us(self, spec: OpSpec, direction: str) -> float:
+        return self.share_us(direction, "", _moved_bytes(spec, direction))
+
+    def split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+        return _split_share(self.share_us, spec, dim, ratio)
+
+
+class PredictorCosts(FlopsCosts):
+    """Times predicted by a trained predictor (CoDL Eq. 2 terms, as ``predict_op`` sums them)."""
+
+    unit = "us"
+
+    def __init__(self, predictor, name: str = "predictor"):
+        self.predictor = predictor
+        self.label = f"predicted by the {predictor.kind} predictor {name} (pair {predictor.pair_})"
+
+    def kernel_us(self, role: str, spec: OpSpec) -> float:
+        return self.predictor.kernel_us(role, spec)
+
+    def share_us(self, op: str, role: str, nbytes: float) -> float:
+        return self.predictor.sharing_.cost(op, role, nbytes)
+
+
+def _moved_bytes(spec: OpSpec, direction: str) -> int:
+    return spec.in_bytes if direction == "to_cpu" else spec.out_bytes
+
+
+def _split_share(cost, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+    """Sharing before the parts run (copy to the CPU, slices) and after (copy back, concat).
+
+    The same terms as :meth:`codl_tvm.predictor.sharing.SharingModel.op_cost`.
+    """
+    cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
+    if cpu is None:
+        return 0.0, 0.0
+    pre, post = cost("to_cpu", "cpu", cpu.in_bytes), cost("to_gpu", "gpu", cpu.out_bytes)
+    if gpu is None:
+        return pre, post
+    if dim == "H":
+        pre += cost("slice", "gpu", cpu.in_bytes) + cost("slice", "gpu", gpu.in_bytes)
+    return pre, post + cost("concat", "gpu", spec.out_bytes)
+
+
+class MeasuredCosts(FlopsCosts):
+    """Times measured here: each (sub-)op compiled alone with :func:`codl_tvm.compile`.
+
+    Kernels are timed as single-op models on one processor; the sharing of a split op is what
+    its split model takes beyond its slower part, and a transfer what a CPU op takes beyond its
+    kernel when its input and output live on the GPU. Each model is built once and cached.
+    """
+
+    unit = "us"
+    slow = True  # explain() shows a progress bar
+
+    def __init__(self, pair, repeat: int = 10):
+        self.pair, self.repeat = pair, repeat
+        self.label = (f"measured on {pair.name} (single-op models compiled with codl_tvm.compile, "
+                      f"median of {repeat})")
+        self._cache: dict[tuple, float] = {}
+
+    def kernel_us(self, role: str, spec: OpSpec) -> float:
+        return self._time(spec, ("single", role))
+
+    def move_us(self, spec: OpSpec, direction: str) -> float:
+        both = max(self._time(spec, ("cpu-op", "gpu-io")) - self.kernel_us("cpu", spec), 0.0)
+        return both * _moved_bytes(spec, direction) / (spec.in_bytes + spec.out_bytes)
+
+    def split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+        parts = {r: spec.part(r, dim, ratio) for r in ("cpu", "gpu")}
+        if parts["cpu"] is None:
+            return 0.0, 0.0
+        slowest = max(self.kernel_us(r, p) for r, p in parts.items() if p is not None)
+        total = max(self._time(spec, ("split", dim, ratio)) - slowest, 0.0)
+        pre_b, post_b = _split_share(lambda op, role, n: float(n), spec, dim, ratio)
+        return total * pre_b / (pre_b + post_b), total * post_b / (pre_b + post_b)
+
+    def _time(self, spec: OpSpec, how: tuple) -> float:
+        key = (spec, how)
+        if key not in self._cache:
+            from .executable import compile
+            from .plan import OpPlacement
+
+            mod = single_op_module(spec)
+            op_id = find_anchors(entry_function(mod))[0].op_id
+            plan = {
+                "single": lambda: Plan.single(mod, how[-1]),
+                "cpu-op": lambda: Plan({op_id: OpPlacement("cpu")}),
+                "split": lambda: Plan({op_id: OpPlacement("split", how[1], how[2])}),
+            }[how[0]]()
+            exe = compile(mod, self.pair, plan)
+            self._cache[key] = exe.time(exe.random_inputs(0), repeat=self.repeat) * 1e6
+        return self._cache[key]
+
+
+def single_op_module(spec: OpSpec, seed: int = 0) -> tvm.IRModule:
+    """A Relax module computing just ``spec`` (random weights as constants), prepared."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax import op as rop
+
+    from .frontend import load_model
+
+    rng = np.random.default_rng(seed)
+
+    def const(shape: tuple[int, ...]) -> relax.Expr:
+        return relax.const(rng.standard_normal(shape).astype("float32"))
+
+    x_shape = (1, spec.IC) if spec.kind == "dense" else (1, spec.IC, spec.H, spec.W)
+    dil = (spec.dilation, spec.dilation)
+    exprs = {
+        "dense": lambda x: rop.matmul(x, const((spec.IC, spec.OC))),
+        "conv2d": lambda x: rop.nn.conv2d(
+            x, const((spec.OC, spec.IC // spec.groups, spec.KH, spec.KW)),
+            strides=(spec.SH, spec.SW), padding=spec.pad, dilation=dil, groups=spec.groups),
+        "pool_max": lambda x: rop.nn.max_pool2d(x, (spec.KH, spec.KW), (spec.SH, spec.SW),
+                                                spec.pad, dil),
+        "pool_avg": lambda x: rop.nn.avg_pool2d(x, (spec.KH, spec.KW), (spec.SH, spec.SW),
+                                                spec.pad, dil),
+    }  # fmt: skip
+    exprs["depthwise"] = exprs["conv2d"]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(exprs[spec.kind](x))
+        bb.emit_func_output(out)
+    return load_model(bb.get())
+
+
+def model_op_specs(mod: tvm.IRModule, name: str = "model") -> list[tuple[str, OpSpec]]:
+    """``(name, OpSpec)`` of each distinct partitionable op of ``mod``: what to profile so a
+    predictor covers this model (``codl_tvm.profiler.space.compute_jobs`` takes them)."""
+    from .graph import list_ops
+
+    specs = dict.fromkeys(op_spec(d)[0] for d in list_ops(mod))
+    return [(name, spec) for spec in specs]

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import conv, const, reference, rel_err, single_function
+from helpers import const, conv, reference, rel_err, single_function
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm.relax import op as rop

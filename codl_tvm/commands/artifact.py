@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 
@@ -15,6 +16,12 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", help="plan JSON (default: whole model on the GPU)")
     p.add_argument("--shape", action="append", help="input shape override NAME=D1,D2,...")
     p.add_argument("-o", "--output", required=True, help="artifact folder to write")
+    p.add_argument("--no-weights", action="store_true",
+                   help="ship no weights (the runtime draws random ones: timing only)")
+    p.add_argument("--cross", action="store_true",
+                   help="cross-compile (implied by android-* pairs): lib.so through the NDK when "
+                        "TVM_NDK_CC or --ndk-cc is set, else lib.tar plus the link command")
+    p.add_argument("--ndk-cc", help="NDK compiler (default: $TVM_NDK_CC)")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -24,8 +31,17 @@ def _run_compile(args: argparse.Namespace) -> int:
     pair = DevicePair.preset(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan)
-    path = exe.export(args.output)
+    if args.cross or args.ndk_cc or pair.name.startswith("android"):
+        from ..deploy.cross import export_for_device
+
+        path = export_for_device(exe, args.output, weights=not args.no_weights,
+                                 ndk_cc=args.ndk_cc)
+    else:
+        path = exe.export(args.output, weights=not args.no_weights)
     print(f"wrote {path} (pair {pair.name}, {len(exe.manifest['params'])} weight tensors)")
+    link = json.loads((path / "manifest.json").read_text()).get("link")
+    if link:
+        print(f"link on a machine with the NDK, inside {path}: {link}")
     return 0
 
 
@@ -35,11 +51,46 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="write outputs to this .npz (model order)")
     p.add_argument("--time", action="store_true", help="also print the median latency")
     p.add_argument("--repeat", type=int, default=20)
+    add_rpc_arguments(p)
+
+
+def add_rpc_arguments(p: argparse.ArgumentParser) -> None:
+    """``--rpc``, ``--rpc-tracker``, ``--rpc-key``, ``--rpc-timeout`` (run on a remote)."""
+    g = p.add_argument_group("remote execution (tvm.rpc)")
+    where = g.add_mutually_exclusive_group()
+    where.add_argument("--rpc", metavar="HOST:PORT", help="run on this RPC server")
+    where.add_argument("--rpc-tracker", metavar="HOST:PORT", help="ask this tracker for a server")
+    g.add_argument("--rpc-key", help="device key to request from the tracker")
+    g.add_argument("--rpc-timeout", type=float, default=30.0, metavar="S",
+                   help="bound on connecting (seconds, default %(default)s)")
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    from ..deploy import rpc
+
+    session = rpc.connect(rpc=args.rpc, tracker=args.rpc_tracker, key=args.rpc_key,
+                          timeout_s=args.rpc_timeout)
+    runner = rpc.load_remote(session, args.artifact)
+    if args.inputs:
+        with np.load(args.inputs, allow_pickle=False) as npz:
+            inputs = {k: npz[k] for k in npz.files}
+    else:
+        inputs = runner.random_inputs()
+    outputs = runner.run(inputs)
+    for i, out in enumerate(outputs):
+        print(f"output_{i}: shape={list(out.shape)} dtype={out.dtype}")
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": o for i, o in enumerate(outputs)})
+    if args.time:
+        print(f"median latency (remote): {runner.time(inputs, repeat=args.repeat) * 1e3:.3f} ms")
+    return 0
 
 
 def _run_run(args: argparse.Namespace) -> int:
     from .. import runtime
 
+    if args.rpc or args.rpc_tracker:
+        return _run_remote(args)
     return runtime.main([args.artifact, *(["--inputs", args.inputs] if args.inputs else []),
                          *(["-o", args.output] if args.output else []),
                          *(["--time"] if args.time else []), "--repeat", str(args.repeat)])

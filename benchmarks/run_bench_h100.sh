@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Time every planner strategy on every built model on the H100 machine (runtime-only TVM).
+#
+# Here (full TVM), see benchmarks/BENCH.md:
+#   ../shared/gpu/pack-tvm-runtime.sh .devcarry
+#   python benchmarks/bench_models.py build --predictor predictor-x86-cuda.json \
+#       -o /tmp/bench --pack .devcarry/bench.tgz
+# There (device tool, carry .devcarry):  bash benchmarks/run_bench_h100.sh
+# Writes $OUT/bench-h100.json (rows per model) and, when the oracle bundle is in the pack and
+# not measured yet, $OUT/oracle-samples.csv for `build --oracle-samples`.
+set -euo pipefail
+OUT=${OUT:-$PWD/out}
+BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-240}
+ORACLE_DEADLINE_S=${ORACLE_DEADLINE_S:-120}
+mkdir -p "$OUT" /tmp/site /tmp/benchroot
+tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
+tar xzf .devcarry/bench.tgz -C /tmp/benchroot
+export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader; \
+  lscpu | head -20; } > "$OUT/machine.txt" 2>&1 || true
+if [ -d /tmp/benchroot/bench/oracle-bundle ]; then
+  python3 codl_tvm/profiler/bundle_runner.py /tmp/benchroot/bench/oracle-bundle \
+    -o "$OUT/oracle-samples.csv" --deadline-s "$ORACLE_DEADLINE_S" --max-call-s 2 \
+    > "$OUT/oracle-runner.log" 2>&1 || echo "oracle bundle: see oracle-runner.log"
+fi
+python3 benchmarks/bench_models.py run /tmp/benchroot/bench -o "$OUT/bench-h100.json" \
+  --deadline-s "$BENCH_DEADLINE_S" --jobs 14 2>&1 | tee "$OUT/bench.log"

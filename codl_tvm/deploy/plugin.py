@@ -1,0 +1,64 @@
+"""The TVM plugin entry point: ``tvm.relax.get_pipeline("codl", ...)`` without importing codl_tvm.
+
+``pyproject.toml`` declares::
+
+    [project.entry-points."tvm.backends"]
+    codl = "codl_tvm.deploy.plugin:_autoload"
+
+TVM 0.27 calls every ``tvm.backends`` entry point with no arguments at the end of
+``import tvm`` (``tvm/backend/_autoload_backends.py``), after ``tvm.relax`` is imported in a full
+TVM and also in a runtime-only process; a failure there is only a warning. So :func:`_autoload`
+does nothing with only the runtime, and otherwise registers the ``"codl"`` pipeline as a thin
+factory (:func:`codl`) that builds :func:`codl_tvm.pipeline.codl_pipeline` from plain arguments
+(a preset name, a plan file), so users need no ``import codl_tvm``. Importing this module imports
+the ``codl_tvm`` package (Python imports parents first), which costs little on top of TVM.
+``TVM_DEVICE_BACKEND_AUTOLOAD=0`` switches all such plugins off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+PIPELINE_NAME = "codl"
+
+
+def codl(pair: Any = "auto", plan: Any = None, until: str | None = None) -> Any:
+    """``relax.get_pipeline("codl", pair=..., plan=..., until=...)``.
+
+    Parameters
+    ----------
+    pair : DevicePair, str or dict
+        A pair, a preset name (``"cpu-pair"``, ``"android-opencl"``...) or ``to_json`` output.
+    plan : Plan, path or dict, optional
+        A plan, a plan JSON file or its content; None runs everything on the GPU.
+    until : str, optional
+        Last phase to run (``prepare``, ``partition``, ``legalize``...).
+    """
+    from codl_tvm.device import DevicePair
+    from codl_tvm.pipeline import codl_pipeline
+    from codl_tvm.plan import Plan
+
+    if isinstance(pair, str):
+        pair = DevicePair.preset(pair)
+    elif isinstance(pair, dict):
+        pair = DevicePair.from_json(pair)
+    if isinstance(plan, dict):
+        plan = Plan.from_json(plan)
+    elif plan is not None and not isinstance(plan, Plan):
+        plan = Plan.load(plan)
+    return codl_pipeline(pair, plan, until=until)
+
+
+def _autoload() -> None:
+    """Register the ``"codl"`` Relax pipeline (called by ``import tvm``)."""
+    if os.environ.get("TVM_USE_RUNTIME_LIB") == "1":
+        return
+    from tvm.base import _RUNTIME_ONLY
+
+    if _RUNTIME_ONLY:
+        return
+    from tvm.relax import pipeline
+
+    # replaces codl_tvm.pipeline's own registration (same pipeline, friendlier arguments)
+    pipeline.PIPELINE_MAP[PIPELINE_NAME] = codl

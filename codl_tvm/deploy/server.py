@@ -1,0 +1,108 @@
+"""``python -m codl_tvm.deploy.server``: a TVM RPC server that co-executes codl-tvm artifacts.
+
+A stock ``tvm.rpc`` server (``python -m tvm.exec.rpc_server``, the Android ``tvm_rpc`` app) in
+the same process as codl-tvm's :mod:`.rpc_helpers` and, where CUDA is present, the runtime-only
+CUDA setup of :func:`codl_tvm.runtime.enable_cuda`. Runs with only the TVM runtime::
+
+    TVM_USE_RUNTIME_LIB=1 python -m codl_tvm.deploy.server --host 127.0.0.1 --port 9090
+    ... --tracker HOST:PORT --key KEY      # register with a tracker instead of direct use
+
+It listens on 127.0.0.1 unless told otherwise: a TVM RPC server runs any code a client sends.
+Sessions are served one at a time, each in its own process: forked (TVM's behaviour), or
+spawned where a CUDA driver is present (``--spawn`` forces it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+from pathlib import Path
+
+
+def start(host: str = "127.0.0.1", port: int = 9090, port_end: int | None = None,
+          tracker: str | None = None, key: str = "", silent: bool = True,
+          spawn: bool | None = None) -> object:
+    """Register the helpers and start serving in a background thread of this process.
+
+    Ports ``port`` to ``port_end`` (default ``port + 100``) are tried in turn. Returns the
+    ``tvm.rpc.server.PopenRPCServerState`` (``.port`` is the bound port,
+    ``.thread`` the listening thread). ``spawn`` (default: when a CUDA driver is present) starts
+    each session as a fresh process instead of a fork.
+    """
+    from tvm.rpc.server import PopenRPCServerState
+
+    from . import rpc_helpers
+    from .rpc import parse_address
+
+    spawn = _cuda_driver() if spawn is None else spawn
+    if spawn:
+        multiprocessing.set_start_method("spawn", force=True)
+    rpc_helpers.register()
+    tracker_addr = parse_address(tracker, "--tracker") if tracker else None
+    if tracker_addr and not key:
+        raise ValueError("--tracker needs --key: the tracker hands servers out by key")
+    port_end = port_end if port_end is not None else port + 100
+    return PopenRPCServerState(host, port, port_end, False, tracker_addr, key, None, None,
+                               silent)
+
+
+def _cuda_driver() -> bool:
+    import ctypes.util
+    import os
+
+    import tvm
+
+    lib = Path(tvm.__file__).parent / "lib" / "libtvm_runtime_cuda.so"
+    runtime_only = os.environ.get("TVM_USE_RUNTIME_LIB") == "1"
+    return runtime_only and lib.exists() and ctypes.util.find_library("cuda") is not None
+
+
+def _session_setup() -> None:
+    """What every session process needs: our RPC helpers and, where there is a GPU, CUDA."""
+    from .. import runtime
+    from . import rpc_helpers
+
+    rpc_helpers.register()
+    if _cuda_driver():
+        runtime.enable_cuda()
+
+
+# Seen on the H100 machine: a forked process cannot initialise CUDA once its parent has
+# imported TVM's runtime (cudaErrorInitializationError), even if the parent never used the GPU.
+# So with a CUDA driver the sessions are spawned; a spawned session re-imports this module as
+# ``__mp_main__`` and sets itself up here.
+if __name__ == "__mp_main__":
+    _session_setup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codl_tvm.deploy.server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9090)
+    parser.add_argument("--port-end", type=int, help="try ports up to this one (default PORT+100)")
+    parser.add_argument("--tracker", help="HOST:PORT of a tvm.rpc tracker to register with")
+    parser.add_argument("--key", default="", help="device key announced to the tracker")
+    parser.add_argument("--port-file", help="write the bound port to this file once listening")
+    parser.add_argument("--verbose", action="store_true", help="TVM's per-session log lines")
+    parser.add_argument("--spawn", action="store_true", default=None,
+                        help="spawn each session (default: only where a CUDA driver is present)")
+    args = parser.parse_args(argv)
+    try:
+        state = start(args.host, args.port, args.port_end, args.tracker, args.key,
+                      silent=not args.verbose, spawn=args.spawn)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"codl-tvm rpc server listening on {args.host}:{state.port}", flush=True)
+    if args.port_file:
+        tmp = Path(args.port_file + ".tmp")
+        tmp.write_text(str(state.port))
+        tmp.replace(args.port_file)
+    state.thread.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""End-to-end benchmark of plans on one model, here (``codl-tvm bench``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+
+from ..device import DevicePair
+from .api import PlanResult, make_plan
+from .costs import CostSource
+from .opgraph import ModelGraph, build_graph
+from .search import Evaluator
+from .strategies import STRATEGIES
+from .timing import calibrated_ideal_us, interleaved, summarize
+
+DEFAULT_PLANS = tuple(STRATEGIES)
+
+
+def plan_all(mg: ModelGraph, names: list[str], costs: CostSource | None,
+             oracle_costs: CostSource | None = None) -> dict[str, PlanResult]:
+    out = {}
+    for name in names:
+        src = oracle_costs if STRATEGIES[name].measured else costs
+        if src is None and name not in ("cpu-only", "gpu-only"):
+            need = "measured costs" if STRATEGIES[name].measured else "predictor"
+            print(f"skipping {name}: no {need}", file=sys.stderr)
+            continue
+        out[name] = make_plan(mg, name, src)
+    return out
+
+
+def memory_row(res: PlanResult) -> dict[str, float]:
+    return {"cpu_mem_mb": res.memory["cpu_bytes"] / 2**20,
+            "gpu_mem_mb": res.memory["gpu_bytes"] / 2**20}
+
+
+def bench(
+    mod: tvm.IRModule,
+    pair: DevicePair,
+    names: list[str],
+    costs: CostSource | None,
+    oracle_costs: CostSource | None = None,
+    rounds: int = 10,
+    check: bool = True,
+) -> list[dict[str, Any]]:
+    """Compile every plan, time them interleaved in this process, and compare with the
+    unsplit (GPU-only) output; returns the bench rows."""
+    from .. import compile as codl_compile
+
+    mg = build_graph(mod)
+    results = plan_all(mg, names, costs, oracle_costs)
+    exes = {n: codl_compile(mod, pair, r.plan) for n, r in results.items()}
+    ref = codl_compile(mod, pair, None)
+    inputs = ref.random_inputs(0)
+    expected = ref.run(inputs)
+    order = list(exes)
+    times = interleaved([exes[n] for n in order], [inputs] * len(order), rounds=rounds)
+    extra = {n: memory_row(results[n]) for n in order}
+    if check:
+        for n in order:
+            got = exes[n].run(inputs)
+            extra[n]["max_rel_err"] = max(_rel_err(g, e) for g, e in zip(got, expected))
+    ideal = None
+    src = oracle_costs or costs
+    lat = {n: float(np.median(t)) * 1e6 for n, t in zip(order, times)}
+    if src is not None and "cpu-only" in lat and "gpu-only" in lat:
+        ev = Evaluator(src)
+        per_op = [(ev.whole(x, "cpu"), ev.whole(x, "gpu")) for x in mg.nodes]
+        ideal = calibrated_ideal_us(per_op, lat["cpu-only"], lat["gpu-only"])
+    return summarize(order, times, {n: r.predicted_us for n, r in results.items()}, ideal, extra)
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    denom = max(float(np.abs(want).max()), 1e-30)
+    return float(np.abs(got.astype(np.float64) - want).max() / denom)
+
+
+def model_path(model: str, shape: list[int] | None = None) -> Path:
+    """An ONNX file, or a zoo model name (built on first use)."""
+    if Path(model).exists():
+        return Path(model)
+    from .. import zoo
+
+    if model in zoo.list_models():
+        return Path(zoo.get(model, input_shape=tuple(shape) if shape else None))
+    raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model "
+                     f"({', '.join(zoo.list_models())})")

@@ -1,0 +1,101 @@
+"""``codl-tvm plan`` and ``codl-tvm bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..commands import Command, add_pair_arguments
+from .strategies import STRATEGIES
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="ONNX file or zoo model name")
+    add_pair_arguments(p)
+    p.add_argument("--predictor", help="predictor JSON, or 'measured' to measure every op here "
+                                       "(default: the one shipped for the pair, else measured)")
+    p.add_argument("--input-shape", type=int, nargs="+", metavar="N",
+                   help="zoo model input (H W) or (C H W)")
+    p.add_argument("--cache", help="samples file for measured costs "
+                                   "(default: costs-MODEL-PAIR.csv next to -o/--json)")
+
+
+def _load(args: argparse.Namespace, out: str | None):
+    from .. import DevicePair, load_model
+    from .bench import model_path
+
+    path = model_path(args.model, args.input_shape)
+    mod = load_model(str(path))
+    pair = DevicePair.preset(args.pair, arch=args.arch)
+    cache = args.cache or str(Path(out or ".").resolve().parent /
+                              f"costs-{Path(args.model).stem}-{pair.name}.csv")
+    return mod, pair, cache
+
+
+def _add_plan(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--strategy", default="codl", choices=list(STRATEGIES))
+    p.add_argument("-o", "--output", required=True, help="plan JSON to write")
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from ..explain import format_table, plan_rows
+    from .api import make_plan, resolve_costs
+
+    mod, pair, cache = _load(args, args.output)
+    costs = None
+    if args.strategy not in ("cpu-only", "gpu-only"):
+        want = "measured" if STRATEGIES[args.strategy].measured else args.predictor
+        costs = resolve_costs(want, pair, mod, cache)
+    result = make_plan(mod, args.strategy, costs)
+    result.plan.save(args.output)
+    print(format_table(plan_rows(mod, result.plan),
+                       ["op", "kind", "out", "place", "dim", "ratio", "chain"]))
+    src = costs.label if costs is not None else "no costs"
+    print(f"{args.strategy}: predicted {result.predicted_us / 1e3:.3f} ms ({src}); "
+          f"wrote {args.output}")
+    return 0
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--plans", default=",".join(STRATEGIES),
+                   help="comma-separated strategies (default: all)")
+    p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds")
+    p.add_argument("--json", help="write the rows to this JSON file")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from .api import resolve_costs
+    from .bench import bench
+    from .timing import format_rows
+
+    names = [n.strip() for n in args.plans.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown plan(s) {unknown}; known: {', '.join(STRATEGIES)}")
+    mod, pair, cache = _load(args, args.json)
+    needs = [n for n in names if n not in ("cpu-only", "gpu-only")]
+    costs = resolve_costs(args.predictor, pair, mod, cache) if needs else None
+    oracle = None
+    if any(STRATEGIES[n].measured for n in names):
+        oracle = costs if args.predictor in (None, "measured") and _is_measured(costs) else (
+            resolve_costs("measured", pair, mod, cache))
+    rows = bench(mod, pair, names, costs, oracle, rounds=args.rounds)
+    print(format_rows(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def _is_measured(costs) -> bool:
+    from .costs import MeasuredCosts
+
+    return isinstance(costs, MeasuredCosts)
+
+
+COMMANDS = {
+    "plan": Command("plan a model's CPU+GPU partition", _add_plan, _run_plan),
+    "bench": Command("compile and time plans of a model side by side", _add_bench, _run_bench),
+}

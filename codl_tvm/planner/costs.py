@@ -1,0 +1,143 @@
+"""Cost sources: what the planner asks for a sub-op's kernel time and a copy's time.
+
+Every source answers two questions, so the search never knows where times come from:
+
+- ``kernel_us(role, sub)``: one processor running one sub-op (an :class:`OpSpec`);
+- ``sharing_us(op, role, nbytes)``: ``to_cpu``/``to_gpu`` transfers (incl. their sync) and
+  ``slice``/``concat`` copies of ``nbytes`` (CoDL Eq. 2's sharing terms).
+
+:class:`PredictorCosts` wraps a trained predictor (``codl``, ``flops``, ``eop``...);
+:class:`MeasuredCosts` looks measured samples up (the oracle's source; shapes not measured,
+such as chain members with a grown halo, are interpolated within their measured family);
+:class:`AnalyticCosts` is a throughput-and-bandwidth model for tests and for explaining.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..predictor.opspec import OpSpec
+
+SHARING_OPS = ("to_cpu", "to_gpu", "slice", "concat")
+
+
+class CostSource(Protocol):
+    label: str
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float: ...
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
+
+
+class PredictorCosts:
+    """Times from a trained predictor (:mod:`codl_tvm.predictor`)."""
+
+    def __init__(self, predictor: Any, label: str | None = None) -> None:
+        self.predictor = predictor
+        self.label = label or f"{predictor.kind} predictor ({predictor.pair_})"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return float(self.predictor.kernel_us(role, sub))
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return float(self.predictor.sharing_.cost(op, role, nbytes))
+
+
+@dataclass
+class AnalyticCosts:
+    """Roofline-free analytic times: FLOPs over a throughput plus a launch cost per kernel;
+    copies at a bandwidth plus a sync per transfer. For tests and back-of-envelope plans.
+    """
+
+    cpu_gflops: float = 50.0
+    gpu_gflops: float = 200.0
+    cpu_launch_us: float = 2.0
+    gpu_launch_us: float = 5.0
+    sync_us: float = 20.0
+    copy_gbps: float = 10.0
+    label: str = "analytic"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        rate, launch = ((self.gpu_gflops, self.gpu_launch_us) if role == "gpu"
+                        else (self.cpu_gflops, self.cpu_launch_us))
+        return launch + sub.flops / (rate * 1e3)
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        sync = self.sync_us if op in ("to_cpu", "to_gpu") else 0.0
+        return sync + nbytes / (self.copy_gbps * 1e3)
+
+
+# ---- measured -------------------------------------------------------------------------------
+def _family(role: str, s: OpSpec, axis: str) -> tuple:
+    if axis == "H":  # everything but the rows and the row padding
+        return (role, "H", s.kind, s.W, s.IC, s.OC, s.KH, s.KW, s.SH, s.SW, s.pad[1], s.pad[3],
+                s.dilation, s.groups)
+    reads_all = s.kind in ("conv2d", "dense") and s.groups == 1  # else channel-local
+    return (role, "C", s.kind, s.H, s.W, s.KH, s.KW, s.SH, s.SW, s.pad, s.dilation,
+            s.IC if reads_all else 0)
+
+
+class MeasuredCosts:
+    """Kernel and sharing times looked up in measured sample rows (profiler format).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of :func:`codl_tvm.profiler.read_samples` for one device pair.
+    label : str
+        Shown in reports.
+    """
+
+    def __init__(self, rows: Sequence[dict[str, Any]], label: str = "measured") -> None:
+        from ..predictor.base import sub_spec
+        from ..predictor.sharing import SharingModel
+
+        self.label = label
+        share = [r for r in rows if r["op"] in (*SHARING_OPS, "sync")]
+        self.sharing = SharingModel().fit(share) if share else None
+        self.exact: dict[tuple[str, OpSpec], float] = {}
+        fams: dict[tuple, dict[int, float]] = defaultdict(dict)
+        for r in rows:
+            if r["op"] in (*SHARING_OPS, "sync"):
+                continue
+            sub = sub_spec(r)
+            self.exact[(r["role"], sub)] = float(r["latency_us"])
+            for axis in ("H", "C"):
+                fams[_family(r["role"], sub, axis)][sub.out_elems] = float(r["latency_us"])
+        self.families = {k: sorted(v.items()) for k, v in fams.items()}
+        self.misses = 0
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        hit = self.exact.get((role, sub))
+        if hit is not None:
+            return hit
+        self.misses += 1
+        for axis in ("H", "C"):
+            pts = self.families.get(_family(role, sub, axis))
+            if pts:
+                return _interp(pts, sub.out_elems)
+        raise KeyError(f"no measurement of {sub.kind} on {role} near {sub}; measure this model")
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        if self.sharing is None:
+            raise KeyError("the measurements have no sharing rows (to_cpu/to_gpu/slice/concat)")
+        return float(self.sharing.cost(op, role, nbytes))
+
+
+def _interp(pts: list[tuple[int, float]], x: int) -> float:
+    """Piecewise-linear in output elements; proportional beyond the measured ends."""
+    xs = [p[0] for p in pts]
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return pts[i][1]
+    if i == 0:
+        return pts[0][1] * x / xs[0] if len(pts) == 1 else max(
+            pts[0][1] - (pts[1][1] - pts[0][1]) * (xs[0] - x) / (xs[1] - xs[0]), 1e-3)
+    if i == len(xs):
+        return pts[-1][1] * x / xs[-1]
+    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)

@@ -1,0 +1,88 @@
+"""Pure-python op records the planner searches over (no TVM import).
+
+:func:`codl_tvm.planner.opgraph.build_graph` makes them from a Relax module; the search
+(:mod:`codl_tvm.planner.search`) and the strategies only read them, so a plan can be searched
+wherever numpy is (e.g. next to a runtime-only TVM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from codl_tvm.predictor.opspec import OpSpec
+
+BYTES_PER_ELEM = 4
+
+
+@dataclass
+class OpNode:
+    """One partitionable op of a model, as the planner sees it.
+
+    Attributes
+    ----------
+    op_id : str
+        Id from :func:`codl_tvm.list_ops` (``conv2d_3``).
+    kind : str
+        Anchor kind (conv2d, matmul, max_pool2d, avg_pool2d).
+    spec : OpSpec or None
+        Predictor description; None for ops the planner cannot cost (batched matmul), which
+        stay on the GPU.
+    order : int
+        Position in data-flow (binding) order.
+    in_shape, out_shape : list of int
+        Shapes of the data input and of the output.
+    weight_bytes : int
+        Bytes of the op's weight (0 for pooling).
+    dims : tuple of str
+        Dims the op can really be split on (extent > 1).
+    preds : list of str
+        Ops whose output reaches this op's inputs through non-partitionable ops only.
+    chain_next : dict
+        ``{"H": bool, "OC": bool}``: the next op in order reads only this op's output (and,
+        for OC, keeps channels), so a chain may continue from here to it.
+    input_key : int
+        Identity of the data input value: ops with equal keys are parallel branch heads.
+    repeat : int
+        Batch repeats of ``spec`` (an OpSpec is batch 1).
+    """
+
+    op_id: str
+    kind: str
+    spec: OpSpec | None
+    order: int
+    in_shape: list[int]
+    out_shape: list[int]
+    weight_bytes: int = 0
+    dims: tuple[str, ...] = ()
+    preds: list[str] = field(default_factory=list)
+    chain_next: dict[str, bool] = field(default_factory=dict)
+    input_key: int = -1
+    repeat: int = 1
+
+    @property
+    def in_bytes(self) -> int:
+        return math.prod(self.in_shape) * BYTES_PER_ELEM
+
+    @property
+    def out_bytes(self) -> int:
+        return math.prod(self.out_shape) * BYTES_PER_ELEM
+
+    @property
+    def flops(self) -> int:
+        return self.spec.flops * self.repeat if self.spec is not None else 0
+
+    def to_json(self) -> dict:
+        doc = {k: getattr(self, k) for k in ("op_id", "kind", "order", "in_shape", "out_shape",
+                                            "weight_bytes", "preds", "chain_next", "input_key",
+                                            "repeat")}
+        doc["dims"] = list(self.dims)
+        doc["spec"] = self.spec.to_json() if self.spec is not None else None
+        return doc
+
+    @staticmethod
+    def from_json(doc: dict) -> OpNode:
+        doc = dict(doc)
+        spec = doc.pop("spec")
+        doc["dims"] = tuple(doc["dims"])
+        return OpNode(spec=OpSpec.from_json(spec) if spec else None, **doc)

@@ -1,0 +1,162 @@
+"""The operator graph of a Relax model: partitionable ops, their specs, and the data flow.
+
+Nodes are the anchors of :func:`codl_tvm.graph.find_anchors` (conv2d, matmul, pooling with
+their epilogues), in binding order. An edge ``u -> v`` means u's output reaches one of v's
+inputs through non-partitionable ops only (add, concat, reshape, ...), so residual adds and
+inception concats show up as joins (in-degree > 1) and shared inputs as branches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+import tvm
+from tvm import relax
+
+from ..graph import AnchorOp, entry_function, find_anchors, fingerprint
+from ..passes.split_rules import RULES
+from ..passes.unit_geometry import split_extent
+from ..predictor.opspec import OpSpec, conv_kind
+from .nodes import BYTES_PER_ELEM, OpNode
+
+POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
+
+
+@dataclass
+class ModelGraph:
+    """The planner's view of one model.
+
+    Attributes
+    ----------
+    nodes : list of OpNode
+        Partitionable ops in data-flow order.
+    graph : networkx.DiGraph
+        Same ops as nodes (attribute ``op``: the OpNode), edges along the data flow.
+    fingerprint : str
+        The model fingerprint plans carry.
+    """
+
+    nodes: list[OpNode]
+    graph: nx.DiGraph
+    fingerprint: str
+
+    @property
+    def by_id(self) -> dict[str, OpNode]:
+        return {n.op_id: n for n in self.nodes}
+
+    def to_json(self) -> dict:
+        return {"fingerprint": self.fingerprint, "nodes": [n.to_json() for n in self.nodes]}
+
+    @staticmethod
+    def from_json(doc: dict) -> ModelGraph:
+        nodes = [OpNode.from_json(d) for d in doc["nodes"]]
+        return ModelGraph(nodes, digraph(nodes), doc["fingerprint"])
+
+
+def op_spec(anchor: AnchorOp) -> tuple[OpSpec | None, int]:
+    """Predictor spec of an anchor and its batch repeat; (None, 1) when it has none.
+
+    A matmul ``[.., M, K] x [K, N]`` is a dense layer when M is 1, else a 1x1 convolution over
+    M rows (what the H split cuts); a matmul of two activations (attention) has no spec.
+    """
+    desc = anchor.describe()
+    kind, shape_in, shape_out = desc["kind"], desc["in"], desc["out"]
+    if kind == "matmul":
+        weight = desc.get("weight", [])
+        if len(weight) != 2 or len(shape_in) < 2:
+            return None, 1
+        k, n = weight
+        rows = shape_out[-2]
+        repeat = math.prod(shape_out[:-2]) if len(shape_out) > 2 else 1
+        if rows == 1:
+            return OpSpec("dense", 1, 1, k, n), repeat
+        return OpSpec("conv2d", rows, 1, k, n), repeat
+    batch, channels, height, width = shape_in
+    common = {"H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
+              "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0]}
+    if kind in POOL_KINDS:
+        kh, kw = desc["pool_size"]
+        return OpSpec(POOL_KINDS[kind], IC=channels, OC=channels, KH=kh, KW=kw, **common), batch
+    oc, _, kh, kw = desc["weight"]
+    groups = desc["groups"]
+    spec = OpSpec(conv_kind(channels, oc, groups), IC=channels, OC=oc, KH=kh, KW=kw,
+                  groups=groups, **common)
+    return spec, batch
+
+
+def _var_args(expr: relax.Expr) -> list[relax.Var]:
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Tuple):
+        return [v for f in expr.fields for v in _var_args(f)]
+    if isinstance(expr, relax.TupleGetItem):
+        return _var_args(expr.tuple_value)
+    if isinstance(expr, relax.Call):
+        return [v for a in expr.args for v in _var_args(a)]
+    return []
+
+
+def _producers(func: relax.Function, anchors: list[AnchorOp]) -> dict[str, list[str]]:
+    """For each anchor, the anchors whose outputs reach its inputs through other ops only."""
+    owner = {b.var: a.op_id for a in anchors for b in a.bindings}
+    heads = {a.bindings[0].var: a for a in anchors}
+    deps: dict[relax.Var, frozenset[str]] = {}
+    preds: dict[str, list[str]] = {}
+    for block in func.body.blocks:
+        for b in block.bindings:
+            if b.var in heads:
+                srcs = set().union(*(deps.get(v, frozenset()) for v in _var_args(b.value)))
+                preds[owner[b.var]] = sorted(srcs, key=lambda s: order_key(s, anchors))
+            if b.var in owner:
+                deps[b.var] = frozenset({owner[b.var]})
+            else:
+                deps[b.var] = frozenset().union(*(deps.get(v, frozenset())
+                                                  for v in _var_args(b.value)))
+    return preds
+
+
+def order_key(op_id: str, anchors: list[AnchorOp]) -> int:
+    return next(i for i, a in enumerate(anchors) if a.op_id == op_id)
+
+
+def _chain_next(a: AnchorOp, nxt: AnchorOp | None) -> dict[str, bool]:
+    follows = nxt is not None and nxt.data.same_as(a.out_var) and a.out_uses == 1
+    return {"H": bool(follows), "OC": bool(follows and RULES[nxt.kind].channel_local(nxt.call))}
+
+
+def build_graph(mod: tvm.IRModule) -> ModelGraph:
+    """The :class:`ModelGraph` of ``mod`` (a module from :func:`codl_tvm.load_model`)."""
+    func = entry_function(mod)
+    anchors = find_anchors(func)
+    preds = _producers(func, anchors)
+    input_ids: dict[relax.Var, int] = {}
+    nodes: list[OpNode] = []
+    for i, a in enumerate(anchors):
+        spec, repeat = op_spec(a)
+        dims = tuple(d for d in ("H", "OC") if spec is not None and split_extent(a, d) > 1)
+        if spec is not None and spec.kind == "dense":
+            dims = tuple(d for d in dims if d == "OC")
+        weight = a.describe().get("weight")
+        nodes.append(OpNode(
+            op_id=a.op_id, kind=a.kind, spec=spec, order=i, in_shape=a.in_shape,
+            out_shape=a.out_shape,
+            weight_bytes=math.prod(weight) * BYTES_PER_ELEM if weight else 0,
+            dims=dims, preds=preds.get(a.op_id, []),
+            chain_next=_chain_next(a, anchors[i + 1] if i + 1 < len(anchors) else None),
+            input_key=input_ids.setdefault(a.data, len(input_ids)), repeat=repeat,
+        ))  # fmt: skip
+    return ModelGraph(nodes, digraph(nodes), fingerprint(anchors))
+
+
+def digraph(nodes: list[OpNode]) -> nx.DiGraph:
+    """networkx view: nodes in data-flow order with attribute ``op``, edges from ``preds``."""
+    g = nx.DiGraph()
+    for n in nodes:
+        g.add_node(n.op_id, op=n, kind=n.kind, order=n.order, flops=n.flops,
+                   in_shape=n.in_shape, out_shape=n.out_shape)
+    for n in nodes:
+        for p in n.preds:
+            g.add_edge(p, n.op_id)
+    return g

@@ -1,0 +1,113 @@
+"""Planning strategies: each turns a model's ops and a cost source into a :class:`Layout`.
+
+``STRATEGIES`` maps the names the CLI and the bench use to :class:`Strategy` records.
+Everything here is plain python over :class:`OpNode` records (no TVM import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .baselines import eop_equal, eop_fixed, eop_tuned, mulayer
+from .memory import total_bytes
+from .nodes import OpNode
+from .search import (
+    DEFAULT_DELTA,
+    DEFAULT_STEP,
+    Evaluator,
+    Layout,
+    chain_search,
+    improve_placements,
+    layout_cost,
+    layout_of,
+    per_op_choices,
+)
+
+
+@dataclass
+class Options:
+    """Knobs of the search (defaults: CoDL's)."""
+
+    step: float = DEFAULT_STEP  # ratio grid
+    delta: float = DEFAULT_DELTA  # Algorithm 1's range around the head's ratio
+    min_gain: float = 0.0  # a split must beat the faster processor by this fraction
+    memory_cap: float | None = 1.3  # max total memory vs the GPU-only plan (None: no cap)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def single(place: str) -> Callable[[list[OpNode], Evaluator, Options], Layout]:
+    def plan(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Layout:
+        return Layout({n.op_id: (place, None, None) for n in nodes}, io=place)
+
+    return plan
+
+
+def layer_to_processor(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Layout:
+    """Each op whole on one processor: start from each op's faster one, then flip ops while
+    the plan estimate (copies included) improves."""
+    lay = Layout({n.op_id: (min(("gpu", "cpu"), key=lambda r: ev.isolated(n, r)), None, None)
+                  for n in nodes})
+    return improve_placements(ev, nodes, lay)
+
+
+def codl(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Layout:
+    """CoDL: hybrid-dimension per-op plans, Algorithm 1 chains, whole ops on their better
+    processor; never worse (by the estimate) than the better single processor."""
+    choices = per_op_choices(ev, nodes, opts.step, opts.min_gain)
+    chains = chain_search(ev, nodes, choices, opts.delta, opts.step)
+    lay = improve_placements(ev, nodes, layout_of(choices, chains))
+    if opts.memory_cap is not None:
+        lay = cap_memory(ev, nodes, lay, choices, opts.memory_cap)
+    return never_worse(ev, nodes, lay)
+
+
+def never_worse(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> Layout:
+    singles = [single(p)(nodes, ev, Options()) for p in ("gpu", "cpu")]
+    best = min(singles, key=lambda s: layout_cost(ev, nodes, s))
+    return lay if layout_cost(ev, nodes, lay) < layout_cost(ev, nodes, best) else best
+
+
+def cap_memory(ev: Evaluator, nodes: list[OpNode], lay: Layout, choices: dict,
+               cap: float) -> Layout:
+    """Turn H splits (full weights on both sides) of the heaviest ops into OC splits or whole
+    placements until the plan's total memory is within ``cap`` x the GPU-only plan's."""
+    limit = cap * total_bytes(nodes, single("gpu")(nodes, ev, Options()))
+    heavy = sorted((n for n in nodes if lay.place(n.op_id)[1] == "H"),
+                   key=lambda n: -n.weight_bytes)
+    for n in heavy:
+        if total_bytes(nodes, lay) <= limit:
+            break
+        for c in [c for c in lay.chains if n.op_id in c[0]]:
+            lay.chains.remove(c)
+            for op in c[0]:
+                ch = choices[op]
+                lay.ops[op] = (ch.place, ch.dim, ch.ratio)
+        best = ("gpu", None, None)
+        for ratio in (0.25, 0.5, 0.75):
+            u = ev.unit([n], "OC", ratio) if "OC" in n.dims else None
+            if u is not None and u.total_us < ev.whole(n, "gpu"):
+                best = ("split", "OC", ratio)
+        lay.ops[n.op_id] = best
+    return lay
+
+
+@dataclass(frozen=True)
+class Strategy:
+    fn: Callable[[list[OpNode], Evaluator, Options], Layout]
+    help: str
+    measured: bool = False  # needs measured costs (the oracle)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "cpu-only": Strategy(single("cpu"), "every op on the CPU"),
+    "gpu-only": Strategy(single("gpu"), "every op on the GPU"),
+    "layer-to-processor": Strategy(layer_to_processor, "best single processor per op"),
+    "mulayer": Strategy(mulayer, "muLayer: OC split at 0.25/0.5/0.75 + branch distribution"),
+    "eop-equal": Strategy(eop_equal, "EOP baseline: every op split at 0.5"),
+    "eop-fixed": Strategy(eop_fixed, "EOP: key ops, one ratio per subgraph from its speedup"),
+    "eop": Strategy(eop_tuned, "EOP: key ops + collaborative tuning of adjacent ratios"),
+    "codl": Strategy(codl, "CoDL: hybrid-dimension split + operator chains (Algorithm 1)"),
+    "oracle": Strategy(codl, "CoDL's search on costs measured on the target", measured=True),
+}

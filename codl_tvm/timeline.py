@@ -1,0 +1,207 @@
+"""Timelines of a co-executed model: boxes on a CPU lane and a GPU lane, and a picture of them.
+
+:func:`layout` places one box per sub-op in the order the partitioned model runs them (CoDL
+Eq. 2: a split op costs its sharing plus the slower of its two parts; inside a chain each
+processor runs its parts back to back and data is shared only at the chain's ends), and the
+same ops run whole on one processor for the CPU-only and GPU-only lanes. :func:`draw` renders
+it with matplotlib (the optional ``plot`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
+LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
+               "cpu-only": "CPU only"}  # fmt: skip
+KIND_COLORS = {"conv2d": "#4c72b0", "matmul": "#55a868", "max_pool2d": "#dd8452",
+               "avg_pool2d": "#c44e52"}  # fmt: skip
+SHARE_COLOR = "#9a9a9a"
+LABEL_MIN_FRACTION = 0.035  # boxes narrower than this share of the axis get no text
+
+
+@dataclass(frozen=True)
+class Box:
+    """One bar: a (sub-)op's computation or a sharing step, on one lane."""
+
+    lane: str
+    start_us: float
+    dur_us: float
+    label: str
+    kind: str  # op kind (conv2d, ...) or "share"
+
+
+@dataclass
+class Timeline:
+    """Boxes of the co-executed run and of the single-processor runs, and their totals."""
+
+    boxes: list[Box] = field(default_factory=list)
+    coexec_us: float = 0.0
+    share_us: float = 0.0
+    cpu_only_us: float = 0.0
+    gpu_only_us: float = 0.0
+
+    def add(self, lane: str, start_us: float, dur_us: float, label: str, kind: str) -> float:
+        if dur_us > 0:
+            self.boxes.append(Box(lane, start_us, dur_us, label, kind))
+        return start_us + dur_us
+
+    def lane(self, name: str) -> list[Box]:
+        return [b for b in self.boxes if b.lane == name]
+
+
+def _units(rows: list[dict]) -> Iterator[list[dict]]:
+    """Rows grouped as the pass runs them: a chain's rows together, other ops alone."""
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        while rows[i]["chain"] and j < len(rows) and rows[j]["chain"] == rows[i]["chain"]:
+            j += 1
+        yield rows[i:j]
+        i = j
+
+
+def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
+           progress: bool | None = None) -> Timeline:
+    """Place every op of ``rows`` (from :func:`codl_tvm.explain.plan_rows`) on the lanes.
+
+    ``specs`` maps op id to ``(OpSpec, repeat)``; ``costs`` gives kernel, transfer and split
+    sharing times. Fills each row's ``cpu_us``, ``gpu_us``, ``share_us`` and ``total_us``.
+    """
+    from tqdm import tqdm
+
+    tl = Timeline()
+    t, here = 0.0, io_device
+    show = getattr(costs, "slow", False) if progress is None else progress
+    for unit in tqdm(list(_units(rows)), desc="timing ops", disable=not show, leave=False):
+        if unit[0]["place"] == "split":
+            t = _split_unit(tl, t, here, unit, specs, costs)
+            here = "gpu"
+        else:
+            t, here = _whole_op(tl, t, here, unit[0], specs, costs)
+    tl.coexec_us = t
+    tl.share_us = sum(b.dur_us for b in tl.lane("gpu") if b.kind == "share")
+    for role in ("cpu", "gpu"):
+        end = 0.0
+        for row in rows:
+            spec, repeat = specs[row["op"]]
+            end = tl.add(f"{role}-only", end, costs.kernel_us(role, spec) * repeat, row["op"],
+                         row["kind"])
+        setattr(tl, f"{role}_only_us", end)
+    return tl
+
+
+def _share(tl: Timeline, t: float, dur_us: float, label: str) -> float:
+    """Sharing holds both processors (a to_vdevice synchronises them)."""
+    tl.add("cpu", t, dur_us, label, "share")
+    return tl.add("gpu", t, dur_us, label, "share")
+
+
+def _fill(row: dict, cpu_us: float, gpu_us: float, share_us: float) -> None:
+    row.update(cpu_us=cpu_us, gpu_us=gpu_us, share_us=share_us,
+               total_us=share_us + max(cpu_us, gpu_us))  # fmt: skip
+
+
+def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
+    spec, repeat = specs[row["op"]]
+    role = row["place"]
+    move = costs.move_us(spec, f"to_{role}") * repeat if here != role else 0.0
+    t = _share(tl, t, move, f"to {role}")
+    kernel = costs.kernel_us(role, spec) * repeat
+    _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
+    return tl.add(role, t, kernel, row["op"], row["kind"]), role
+
+
+def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
+                costs) -> float:
+    dim, ratio = unit[0]["dim"], unit[0]["ratio"]
+    first, repeat = specs[unit[0]["op"]]
+    last, _ = specs[unit[-1]["op"]]
+    back = costs.move_us(first, "to_gpu") * repeat if here == "cpu" else 0.0
+    pre = costs.split_share(first, dim, ratio)[0] * repeat
+    post = costs.split_share(last, dim, ratio)[1] * repeat
+    t = _share(tl, t, back + pre, "slice + to cpu")
+    ends = {"cpu": t, "gpu": t}
+    for i, row in enumerate(unit):
+        spec, repeat = specs[row["op"]]
+        times = {}
+        for role in ("cpu", "gpu"):
+            part = spec.part(role, dim, ratio)
+            times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
+            ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+        share = (back + pre if i == 0 else 0.0) + (post if i == len(unit) - 1 else 0.0)
+        _fill(row, times["cpu"], times["gpu"], share)
+    return _share(tl, max(ends.values()), post, "to gpu + concat")
+
+
+# ---- drawing -----------------------------------------------------------------------------
+def draw(tl: Timeline, path: str | Path, title: str = "", unit: str = "us") -> Path:
+    """Render ``tl`` to an image file (PNG, SVG or PDF by suffix).
+
+    Raises
+    ------
+    ImportError
+        When matplotlib (``pip install 'codl-tvm[plot]'``) is not installed.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    scale, xlabel = _x_scale(tl, unit)
+    fig = Figure(figsize=(12, 3.8), dpi=130, layout="constrained")
+    ax = fig.add_subplot()
+    span = max(tl.coexec_us, tl.cpu_only_us, tl.gpu_only_us) * scale or 1.0
+    ypos = {lane: len(LANES) - i - (0.6 if i >= 2 else 0) for i, lane in enumerate(LANES)}
+    for box in tl.boxes:
+        _bar(ax, box, ypos[box.lane], scale, span)
+    totals = {"gpu": tl.coexec_us, "cpu": tl.coexec_us, "gpu-only": tl.gpu_only_us,
+              "cpu-only": tl.cpu_only_us}  # fmt: skip
+    for lane, y in ypos.items():
+        ax.text(totals[lane] * scale + span * 0.008, y, _num(totals[lane] * scale),
+                va="center", ha="left", fontsize=8)
+    ax.axvline(tl.coexec_us * scale, color="black", lw=0.8, ls="--")
+    ax.set_yticks(list(ypos.values()), [LANE_TITLES[lane] for lane in ypos])
+    ax.set_xlim(0, span * 1.08)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    kinds = sorted({b.kind for b in tl.boxes if b.kind != "share"})
+    handles = [Patch(color=KIND_COLORS.get(k, "#8172b3"), label=k) for k in kinds]
+    handles.append(Patch(facecolor="white", edgecolor=SHARE_COLOR, hatch="////",
+                         label=f"sharing ({tl.share_us * scale:.3g})"))
+    ax.legend(handles=handles, loc="upper right", fontsize=8, ncols=len(handles),
+              bbox_to_anchor=(1.0, 1.16), frameon=False)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _x_scale(tl: Timeline, unit: str) -> tuple[float, str]:
+    if unit != "us":
+        return 1.0, f"placeholder work ({unit}): proportional to FLOPs, NOT a measured time"
+    longest = max(tl.coexec_us, tl.cpu_only_us, tl.gpu_only_us)
+    return (1e-3, "time (ms)") if longest >= 2000 else (1.0, "time (us)")
+
+
+def _bar(ax, box: Box, y: float, scale: float, span: float) -> None:
+    share = box.kind == "share"
+    ax.barh(y, box.dur_us * scale, left=box.start_us * scale, height=0.7,
+            color="white" if share else KIND_COLORS.get(box.kind, "#8172b3"),
+            edgecolor=SHARE_COLOR if share else "white", hatch="////" if share else None,
+            linewidth=0.6)  # fmt: skip
+    if not share and box.dur_us * scale >= LABEL_MIN_FRACTION * span:
+        ax.text((box.start_us + box.dur_us / 2) * scale, y, _short(box.label), ha="center",
+                va="center", fontsize=7, color="white", clip_on=True)
+
+
+def _short(op_id: str) -> str:
+    """conv2d_12 -> c12, max_pool2d_0 -> mp0: readable inside narrow boxes."""
+    kind, _, k = op_id.rpartition("_")
+    return {"conv2d": "c", "matmul": "mm", "max_pool2d": "mp", "avg_pool2d": "ap"}.get(kind,
+                                                                                       kind) + k

@@ -1,0 +1,191 @@
+"""explain: op specs from graph ops, cost sources, timeline layout and its picture."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import single_function
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tvm import relax
+from tvm.relax import op as rop
+
+import codl_tvm
+from codl_tvm import zoo
+from codl_tvm.explain import (
+    FlopsCosts,
+    MeasuredCosts,
+    PredictorCosts,
+    explain,
+    op_spec,
+    plan_rows,
+    single_op_module,
+)
+from codl_tvm.plan import Chain, OpPlacement, Plan
+from codl_tvm.predictor import OpSpec, train
+from codl_tvm.profiler import space
+from codl_tvm.timeline import LANES, draw
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return codl_tvm.load_model(zoo.get("tiny-cnn"))
+
+
+def linear_rows(pair: str = "cpu-pair") -> list[dict]:
+    """Sample rows of a made-up pair: GPU 3x faster than the CPU, copies linear in bytes."""
+    kinds = ["conv2d", "pool_max", "pool_avg", "dense"]
+    specs = space.sample_specs(40, 0, max_flops=1e8, kinds=kinds)
+    rows = []
+    for job in space.compute_jobs(specs, (0.2, 0.5, 0.8, 1.0)):
+        row = job.row(pair, {"kind": "llvm"})
+        rate = 3e3 if job.role == "gpu" else 1e3  # FLOPs per us
+        row.update(algorithm="direct", block=0, unit=1, cores=1, spread_us=0.0, repeat=3,
+                   latency_us=2.0 + job.sub.flops / rate)  # fmt: skip
+        rows.append(row)
+    for job in space.sharing_jobs(6, 1 << 22):
+        row = job.row(pair, {"kind": "llvm"})
+        row.update(algorithm="copy", block=0, unit=1, cores=1, spread_us=0.0, repeat=3,
+                   latency_us=5.0 + 1e-3 * row["bytes"])  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return train(linear_rows(), kind="flops")
+
+
+# ---- op specs ---------------------------------------------------------------------------------
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(3, 20), w=st.integers(3, 12), k=st.sampled_from([1, 3, 5]),
+       stride=st.integers(1, 2), pad=st.integers(0, 2), depthwise=st.booleans(),
+       pool=st.sampled_from([None, "max", "avg"]))  # fmt: skip
+def test_op_spec_matches_the_graph_op(h, w, k, stride, pad, depthwise, pool):
+    rng = np.random.default_rng(0)
+    c = 4
+
+    def body(bb, x):
+        if pool:
+            fn = rop.nn.max_pool2d if pool == "max" else rop.nn.avg_pool2d
+            return fn(x, (k, k), (stride, stride), (pad, pad, pad, pad))
+        groups = c if depthwise else 1
+        weight = relax.const(rng.standard_normal((c, c // groups, k, k)).astype("float32"))
+        return rop.nn.conv2d(x, weight, strides=stride, padding=(pad, pad, pad, pad),
+                             groups=groups)
+
+    if k + 2 * pad - 1 >= min(h, w) + 2 * pad or (pool and pad * 2 >= k):
+        return  # no output / pool padding TVM rejects
+    mod = codl_tvm.load_model(single_function((1, c, h, w), body))
+    (desc,) = codl_tvm.list_ops(mod)
+    spec, repeat = op_spec(desc)
+    assert repeat == 1
+    assert [1, spec.OC, spec.out_h, spec.out_w] == desc["out"]
+    assert spec.kind == ({"max": "pool_max", "avg": "pool_avg"}[pool] if pool else
+                         "depthwise" if depthwise else "conv2d")
+
+
+def test_op_spec_of_matmuls():
+    dense = {"kind": "matmul", "in": [1, 256], "out": [1, 10], "weight": [256, 10]}
+    assert op_spec(dense) == (OpSpec("dense", 1, 1, 256, 10), 1)
+    tokens = {"kind": "matmul", "in": [2, 12, 64, 32], "out": [2, 12, 64, 16]}
+    spec, repeat = op_spec(tokens)
+    assert (spec.kind, spec.H, spec.IC, spec.OC, repeat) == ("conv2d", 64, 32, 16, 24)
+    assert spec.flops * repeat == 2 * 2 * 12 * 64 * 32 * 16
+
+
+# ---- costs and layout -------------------------------------------------------------------------
+def test_unchained_split_rows_equal_predict_op(tiny, predictor):
+    plan = Plan.uniform(tiny, "OC", 0.6)
+    result = explain(tiny, plan, PredictorCosts(predictor))
+    specs = {d["id"]: op_spec(d)[0] for d in codl_tvm.list_ops(tiny)}
+    for row in result.rows:
+        assert row["place"] == "split"
+        want = predictor.predict_op(specs[row["op"]], "OC", 0.6)
+        for key in ("cpu_us", "gpu_us", "share_us", "total_us"):
+            assert row[key] == pytest.approx(want[key], rel=1e-9), (row["op"], key)
+    assert result.timeline.coexec_us == pytest.approx(sum(r["total_us"] for r in result.rows))
+
+
+def test_single_processor_plans(tiny, predictor):
+    costs = PredictorCosts(predictor)
+    gpu = explain(tiny, Plan.single(tiny, "gpu"), costs).timeline
+    assert gpu.coexec_us == pytest.approx(gpu.gpu_only_us)
+    assert gpu.share_us == 0 and not gpu.lane("cpu")
+    cpu_plan = Plan.single(tiny, "cpu")
+    cpu_plan.io_device = "gpu"  # input starts on the GPU: one copy in, ops stay on the CPU
+    cpu = explain(tiny, cpu_plan, costs).timeline
+    first = op_spec(codl_tvm.list_ops(tiny)[0])[0]
+    assert cpu.share_us == pytest.approx(predictor.sharing_.cost("to_cpu", "cpu", first.in_bytes))
+    assert cpu.coexec_us == pytest.approx(cpu.cpu_only_us + cpu.share_us)
+    assert cpu.gpu_only_us < cpu.cpu_only_us  # the made-up GPU is 3x faster
+
+
+def test_chain_shares_only_at_its_ends(tiny, predictor):
+    plan = Plan.uniform(tiny, "H", 0.5, chain=True)
+    result = explain(tiny, plan, PredictorCosts(predictor))
+    chained = [r for r in result.rows if r["chain"]]
+    assert len(chained) >= 3
+    assert chained[0]["share_us"] > 0 and chained[-1]["share_us"] > 0
+    assert all(r["share_us"] == 0 for r in chained[1:-1])
+    tl = result.timeline
+    ends = {lane: max((b.start_us + b.dur_us for b in tl.lane(lane)), default=0) for lane in LANES}
+    assert ends["gpu"] == pytest.approx(tl.coexec_us) and ends["cpu"] <= tl.coexec_us + 1e-9
+    for lane in ("gpu", "cpu", "gpu-only", "cpu-only"):  # boxes of one lane never overlap
+        boxes = sorted(tl.lane(lane), key=lambda b: b.start_us)
+        assert all(a.start_us + a.dur_us <= b.start_us + 1e-9 for a, b in zip(boxes, boxes[1:]))
+    shares = {(b.start_us, b.dur_us) for b in tl.boxes if b.kind == "share"}
+    assert {(b.start_us, b.dur_us) for b in tl.lane("cpu") if b.kind == "share"} == shares
+
+
+def test_placeholder_splits_work_by_flops(tiny):
+    plan = Plan.uniform(tiny, "OC", 0.75)
+    result = explain(tiny, plan, FlopsCosts())
+    assert result.unit != "us" and "PLACEHOLDER" in result.source
+    conv = next(r for r in result.rows if r["op"] == "conv2d_1")  # 16 channels: 12 + 4
+    assert conv["gpu_us"] == pytest.approx(3 * conv["cpu_us"])
+
+
+def test_unsplittable_op_becomes_a_note(tiny, predictor):
+    plan = Plan(ops={"matmul_0": OpPlacement("split", "H", 0.5)})
+    result = explain(tiny, plan, PredictorCosts(predictor))
+    assert any("matmul_0" in note for note in result.notes)
+    assert next(r for r in result.rows if r["op"] == "matmul_0")["place"] == "gpu"
+
+
+def test_bad_chain_is_a_plan_error(tiny, predictor):
+    plan = Plan(ops={}, chains=[Chain(["conv2d_0", "conv2d_2"], "H", 0.5)])
+    with pytest.raises(codl_tvm.PlanError, match="chain"):
+        explain(tiny, plan, PredictorCosts(predictor))
+
+
+def test_measured_costs_time_real_single_op_models():
+    spec = OpSpec("conv2d", 12, 12, 8, 8, 3, 3, pad=(1, 1, 1, 1))
+    mod = single_op_module(spec)
+    assert [d["id"] for d in codl_tvm.list_ops(mod)] == ["conv2d_0"]
+    costs = MeasuredCosts(codl_tvm.DevicePair.preset("cpu-pair"), repeat=3)
+    first = costs.kernel_us("cpu", spec)
+    assert 0 < first < 1e6 and costs.kernel_us("cpu", spec) == first  # cached, not re-timed
+    pre, post = costs.split_share(spec, "H", 0.5)
+    assert pre >= 0 and post >= 0 and math.isfinite(pre + post)
+    assert costs.move_us(spec, "to_cpu") >= 0
+
+
+def test_plan_rows_still_describe_placement(tiny):
+    rows = plan_rows(tiny, Plan.uniform(tiny, "H", 0.5))
+    conv = rows[0]
+    assert (conv["place"], conv["gpu"], conv["cpu"]) == ("split", "rows 0-15", "rows 16-31")
+
+
+# ---- picture ----------------------------------------------------------------------------------
+def test_draw_writes_a_readable_png(tmp_path, tiny, predictor):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    result = explain(tiny, Plan.uniform(tiny, "H", 0.5, chain=True), PredictorCosts(predictor))
+    path = draw(result.timeline, tmp_path / "t.png", title="tiny-cnn", unit=result.unit)
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 300 and image.shape[1] > 1000
+    assert image[..., :3].std() > 0.1  # not a blank canvas

@@ -1,0 +1,123 @@
+"""Planner search on synthetic cost tables whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from codl_tvm.geometry import split_count
+from codl_tvm.planner.costs import AnalyticCosts
+from codl_tvm.planner.nodes import OpNode
+from codl_tvm.planner.search import (
+    Evaluator,
+    best_choice,
+    chain_search,
+    layout_cost,
+    layout_of,
+    per_op_choices,
+    ratio_grid,
+    unit_parts,
+)
+from codl_tvm.planner.strategies import STRATEGIES, Options
+from codl_tvm.predictor.opspec import OpSpec
+
+
+@dataclass
+class RowCosts:
+    """Both processors take 10 us per input row read; transfers 10 us; slices/concat free."""
+
+    label: str = "rows"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return 10.0 * sub.H
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return 10.0 if op in ("to_cpu", "to_gpu") else 0.0
+
+
+def conv_node(i: int, h: int = 8, last: bool = False, k: int = 3) -> OpNode:
+    spec = OpSpec("conv2d", h, h, 1, 1, k, k, pad=(k // 2,) * 4)
+    return OpNode(f"conv2d_{i}", "conv2d", spec, i, [1, 1, h, h], [1, 1, h, h], 4 * k * k,
+                  ("H", "OC"), [f"conv2d_{i - 1}"] if i else [],
+                  {"H": not last, "OC": False}, i)
+
+
+def test_halo_grows_backwards_through_a_chain():
+    nodes = [conv_node(i) for i in range(3)]
+    parts = unit_parts(nodes, "H", 0.5)
+    # GPU: 4 output rows of the last op need 5, then 6, then 7 input rows going back
+    assert [s.H for s in parts["gpu"]] == [7, 6, 5]
+    assert [s.H for s in parts["cpu"]] == [7, 6, 5]
+
+
+def test_single_op_split_by_hand():
+    # whole GPU: 8 rows = 80 us; split at 0.5: 5 rows each side + 2 transfers = 70 us
+    ev = Evaluator(RowCosts())
+    choice = best_choice(ev, conv_node(0), ratio_grid(0.05))
+    assert choice.place == "split" and choice.dim == "H"
+    assert split_count(8, choice.ratio) == 4
+    assert choice.total_us == pytest.approx(70.0)
+
+
+def test_chain_stops_where_padding_eats_the_gain():
+    # chain of k ops at 0.5: 20 + sum_j min(8, 5 + j) * 10 vs 70 k without chain:
+    # k=2: 130 vs 140 (+10), k=3: 200 vs 210 (+10), k=4: 280 vs 280 (0), k=5: 360 vs 350 (-10)
+    nodes = [conv_node(i, last=(i == 5)) for i in range(6)]
+    ev = Evaluator(RowCosts())
+    choices = per_op_choices(ev, nodes)
+    chains = chain_search(ev, nodes, choices)
+    assert [c[0] for c in chains] == [["conv2d_0", "conv2d_1"], ["conv2d_2", "conv2d_3"],
+                                      ["conv2d_4", "conv2d_5"]]
+    for _, dim, ratio, gain in chains:
+        assert dim == "H" and split_count(8, ratio) == 4 and gain == pytest.approx(10.0)
+    five = ev.unit(nodes[:5], "H", 0.5)
+    assert five.total_us == pytest.approx(360.0)  # longer chains lose: the search stops
+
+
+def test_chain_never_crosses_a_join():
+    # a residual block: conv0 feeds conv1 and the add that conv2 reads; conv1 -> add too
+    nodes = [conv_node(i) for i in range(3)]
+    nodes[0].chain_next = {"H": False, "OC": False}  # conv0's output has two readers
+    nodes[1].chain_next = {"H": False, "OC": False}  # conv1 feeds the add, not conv2
+    nodes[2].preds = ["conv2d_0", "conv2d_1"]
+    ev = Evaluator(RowCosts())
+    assert chain_search(ev, nodes, per_op_choices(ev, nodes)) == []
+
+
+def test_op_too_small_to_split_stays_whole_on_the_faster_processor():
+    tiny = OpNode("conv2d_0", "conv2d", OpSpec("conv2d", 4, 4, 2, 2, 1, 1), 0, [1, 2, 4, 4],
+                  [1, 2, 4, 4], 16, ("H", "OC"), [], {"H": False, "OC": False}, 0)
+    ev = Evaluator(AnalyticCosts(sync_us=50.0))
+    choice = best_choice(ev, tiny, ratio_grid(0.05))
+    assert choice.place == "gpu" and choice.split is not None
+    assert choice.split[2] > choice.total_us  # a split exists but costs more
+
+
+def test_codl_is_never_worse_than_a_single_processor_by_its_estimate():
+    nodes = [conv_node(i, last=(i == 3)) for i in range(4)]
+    for sync in (0.0, 5.0, 500.0):
+        ev = Evaluator(AnalyticCosts(sync_us=sync))
+        lay = STRATEGIES["codl"].fn(nodes, ev, Options())
+        singles = [layout_cost(ev, nodes, STRATEGIES[s].fn(nodes, ev, Options()))
+                   for s in ("cpu-only", "gpu-only")]
+        assert layout_cost(ev, nodes, lay) <= min(singles) + 1e-9
+
+
+def test_layout_cost_counts_copies_once_per_device():
+    nodes = [conv_node(i, last=(i == 1)) for i in range(2)]
+    ev = Evaluator(RowCosts())
+    lay = layout_of({})
+    lay.ops = {"conv2d_0": ("cpu", None, None), "conv2d_1": ("cpu", None, None)}
+    # input to the CPU, two CPU kernels of 8 rows, output back: 10 + 160 + 10
+    assert layout_cost(ev, nodes, lay) == pytest.approx(180.0)
+
+
+def test_planning_time_of_a_hundred_op_chain_is_reported(capsys):
+    nodes = [conv_node(i, h=56, last=(i == 99)) for i in range(100)]
+    ev = Evaluator(AnalyticCosts(sync_us=2.0))
+    t0 = time.perf_counter()
+    STRATEGIES["codl"].fn(nodes, ev, Options())
+    with capsys.disabled():
+        print(f"\ncodl planning of 100 ops: {time.perf_counter() - t0:.3f} s")
