@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +61,30 @@ class Executable:
         """Standard-normal inputs of the right names, shapes and dtypes."""
         return runtime.random_inputs(self.manifest, seed)
 
-    def export(self, path: str | os.PathLike, weights: bool = True) -> Path:
+    def export(
+        self,
+        path: str | os.PathLike,
+        weights: bool = True,
+        write_library: Callable[[Path], dict[str, Any]] | None = None,
+    ) -> Path:
         """Write the artifact folder (``lib.so``, ``params.npz``, ``manifest.json``).
 
         Everything is written into a temporary sibling folder first and renamed into place,
         so a failed export leaves nothing behind. ``weights=False`` leaves ``params.npz`` out
         and marks the manifest so the runtime draws random weights of the right shapes: for
-        timing big models on a machine the weights cannot travel to.
+        timing big models on a machine the weights cannot travel to. ``write_library(folder)``
+        replaces the default ``lib.so`` writer (cross-compilation: see
+        :func:`codl_tvm.deploy.cross.export_for_device`) and returns manifest entries to add.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
         try:
-            self.vm_exec.export_library(str(tmp / runtime.LIBRARY))
             manifest = dict(self.manifest)
+            if write_library is None:
+                self.vm_exec.export_library(str(tmp / runtime.LIBRARY))
+            else:
+                manifest.update(write_library(tmp))
             if weights:
                 np.savez(tmp / runtime.PARAMS, **self.params)
             else:

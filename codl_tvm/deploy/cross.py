@@ -13,17 +13,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import runtime
-from ..plan import write_json_atomic
 
 TAR_LIBRARY = "lib.tar"
 # what tvm.support.ndk.create_shared runs, spelled out for a machine without TVM
@@ -57,29 +52,15 @@ def export_for_device(exe: Any, path: str | os.PathLike, *, weights: bool = True
         set when that is a ``.tar`` still to be linked.
     """
     ndk_cc = ndk_cc or os.environ.get("TVM_NDK_CC")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
-        manifest = dict(exe.manifest)
+
+    def write_library(folder: Path) -> dict[str, Any]:
         if ndk_cc:
-            _export_ndk(exe.vm_exec, tmp / runtime.LIBRARY, ndk_cc)
-            manifest["library"] = runtime.LIBRARY
-        else:
-            exe.vm_exec.export_library(str(tmp / TAR_LIBRARY))
-            manifest.update(library=TAR_LIBRARY, link=LINK_COMMAND)
-        if weights:
-            np.savez(tmp / runtime.PARAMS, **exe.params)
-        else:
-            manifest["weights"] = "random"
-        write_json_atomic(tmp / runtime.MANIFEST, manifest)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+            _export_ndk(exe.vm_exec, folder / runtime.LIBRARY, ndk_cc)
+            return {"library": runtime.LIBRARY}
+        exe.vm_exec.export_library(str(folder / TAR_LIBRARY))
+        return {"library": TAR_LIBRARY, "link": LINK_COMMAND}
+
+    return exe.export(path, weights=weights, write_library=write_library)
 
 
 def _export_ndk(vm_exec: Any, out: Path, ndk_cc: str) -> None:
