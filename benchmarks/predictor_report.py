@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from codl_tvm.predictor import KINDS, make
-from codl_tvm.predictor.report import report, split_models, split_rows
+from codl_tvm.predictor.accuracy import report, split_models, split_rows
 from codl_tvm.profiler import read_samples
 
 

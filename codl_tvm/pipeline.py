@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import tvm
 from tvm import relax
 from tvm.relax import transform as rt
@@ -97,10 +95,10 @@ def codl_pipeline(pair: DevicePair, plan: Plan | None = None, *, until: str | No
 
 
 def _register() -> None:
-    if "codl" in relax.pipeline.PIPELINE_MAP:
-        return
-    factory: Callable[..., tvm.transform.Pass] = codl_pipeline
-    relax.pipeline.register_pipeline("codl")(factory)
+    # the same factory the tvm.backends entry point registers: takes preset names, plan files
+    from .deploy.plugin import PIPELINE_NAME, codl
+
+    relax.pipeline.PIPELINE_MAP.setdefault(PIPELINE_NAME, codl)
 
 
 _register()

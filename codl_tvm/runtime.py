@@ -111,7 +111,7 @@ class Runner:
                 raise RuntimeError(f"this machine has no {kind}:{index} device for the artifact")
         self.vm = tvm.runtime.vm.VirtualMachine(module, self.devices)
         self.params = [
-            tvm.runtime.tensor(np.ascontiguousarray(params[p["name"]]), self._dev(p["role"]))
+            tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"), self._dev(p["role"]))
             for p in manifest["params"]
         ]
 
@@ -124,7 +124,7 @@ class Runner:
             if spec["name"] not in inputs:
                 raise KeyError(f"missing input {spec['name']!r}; the model takes "
                                f"{[s['name'] for s in self.manifest['inputs']]}")
-            value = np.ascontiguousarray(inputs[spec["name"]], dtype=spec["dtype"])
+            value = np.asarray(inputs[spec["name"]], dtype=spec["dtype"], order="C")
             if list(value.shape) != list(spec["shape"]):
                 raise ValueError(f"input {spec['name']!r} has shape {list(value.shape)}, "
                                  f"expected {spec['shape']}")

@@ -19,7 +19,7 @@ from codl_tvm.predictor import (
     make,
     train,
 )
-from codl_tvm.predictor.report import accuracy_rows, report, split_rows
+from codl_tvm.predictor.accuracy import accuracy_rows, report, split_rows
 from codl_tvm.profiler import space
 
 # a synthetic processor that follows CoDL Eq. 3 exactly: GPU blocks of 256 outputs over 8 cores,
@@ -159,3 +159,11 @@ def test_report_has_rows_per_processor_and_op(rows):
     assert {("gpu", "conv2d"), ("cpu", "dense"), ("cpu", "all"), ("cpu", "to_cpu")} <= keys
     assert all(set(r) >= {"processor", "op", "n", "acc10", "mape"} for r in rep["rows"])
     assert rep["size_bytes"] > 0 and rep["predict_us_per_op"] > 0
+
+
+def test_report_function_survives_importing_its_module():
+    """Regression: a submodule named ``report`` used to replace ``predictor.report()``."""
+    import codl_tvm.predictor as predictor
+    import codl_tvm.predictor.accuracy  # noqa: F401
+
+    assert callable(predictor.report)

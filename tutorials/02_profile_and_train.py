@@ -24,8 +24,8 @@ from codl_tvm import predictor, profiler, zoo
 from codl_tvm.explain import model_op_specs, op_spec
 
 # import the function before the submodule of the same name shadows it on the package
-from codl_tvm.predictor import report as accuracy_report  # noqa: I001
-from codl_tvm.predictor.report import format_table
+from codl_tvm.predictor import report as accuracy_report
+from codl_tvm.predictor.accuracy import format_table
 from codl_tvm.profiler import space
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

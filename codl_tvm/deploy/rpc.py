@@ -170,7 +170,7 @@ class RemoteRunner(runtime.Runner):
         remote_name = f"codl-{os.getpid()}-{id(self)}.so"
         session.upload(str(library), target=remote_name)
         self.vm = tvm.runtime.vm.VirtualMachine(session.load_module(remote_name), self.devices)
-        self.params = [tvm.runtime.tensor(np.ascontiguousarray(params[p["name"]]),
+        self.params = [tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"),
                                           self._dev(p["role"])) for p in manifest["params"]]
         self.mode = self._pick_mode()
         if self.mode == "helpers":

@@ -31,7 +31,7 @@ class _Binder(PyExprMutator):
         if isinstance(expr, relax.Var) and expr in self.index:
             return self.index[expr]
         ty = getattr(expr, "ty", None)
-        return vdevice_index(self.vdevices, getattr(ty, "vdevice", None))
+        return vdevice_index(self.vdevices, type_vdevice(ty) if ty is not None else None)
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self.visit_expr(binding.value)
@@ -60,13 +60,31 @@ class _Binder(PyExprMutator):
             name = f"{gvar.name_hint}_d{dev}"
             bound = func.with_attr("target", vdev.target).with_attr("global_symbol", name)
             self.copies[key] = self.builder_.add_func(bound, name)
-        out = call.ty_args[0]
-        out_ty = relax.TensorType(out.shape, out.dtype, vdev)
-        return relax.call_tir(self.copies[key], call.args[1], out_ty)
+        return relax.call_tir(self.copies[key], call.args[1],
+                              call_tir_out(on_vdevice(call.ty_args[0], vdev)))
 
 
 def _out_vdev(call: relax.Call) -> relax.VDevice | None:
-    return getattr(call.ty_args[0], "vdevice", None)
+    return type_vdevice(call.ty_args[0])
+
+
+def on_vdevice(ty: relax.Type, vdev: relax.VDevice) -> relax.Type:
+    """``ty`` with every tensor in it on ``vdev`` (kernels with tuple outputs: split...)."""
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([on_vdevice(f, vdev) for f in ty.fields])
+    return relax.TensorType(ty.shape, ty.dtype, vdev)
+
+
+def call_tir_out(ty: relax.Type) -> relax.TensorType | list[relax.TensorType]:
+    """``relax.call_tir``'s ``out_ty`` argument for a kernel output type."""
+    return list(ty.fields) if isinstance(ty, relax.TupleType) else ty
+
+
+def type_vdevice(ty: relax.Type) -> relax.VDevice | None:
+    """The vdevice of a tensor type, or of a tuple type's first tensor."""
+    if isinstance(ty, relax.TupleType):
+        return type_vdevice(ty.fields[0]) if len(ty.fields) else None
+    return getattr(ty, "vdevice", None)
 
 
 @tvm.transform.module_pass(opt_level=0, name="BindKernelTargets")

@@ -15,6 +15,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..device import vdevice_index
+from .bind_kernel_targets import call_tir_out, type_vdevice
 
 LIFTED_ATTR = "codl.lifted_params"
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -33,9 +34,9 @@ class _Lifter(PyExprMutator):
         call = super().visit_call_(call)
         if not call.op.same_as(_CALL_TIR):
             return call
-        dev = vdevice_index(self.vdevices, getattr(call.ty_args[0], "vdevice", None)) or 0
+        dev = vdevice_index(self.vdevices, type_vdevice(call.ty_args[0])) or 0
         args = [self._lift(a, dev) for a in call.args[1].fields]
-        return relax.call_tir(call.args[0], relax.Tuple(args), call.ty_args[0])
+        return relax.call_tir(call.args[0], relax.Tuple(args), call_tir_out(call.ty_args[0]))
 
     def _lift(self, arg: relax.Expr, dev: int) -> relax.Expr:
         if not isinstance(arg, tvm.ir.Constant):

@@ -35,7 +35,7 @@ KINDS: tuple[str, ...] = ("codl", "flops", "eop", "gbdt")
 __all__ = [
     "FORMAT_VERSION", "KINDS", "BasePredictor", "CoDLPredictor", "EOPPredictor",
     "FlopsPredictor", "GBDTPredictor", "OpSpec", "OutOfRangeWarning", "PredictorFileError",
-    "load", "make", "report", "train",
+    "default_for", "load", "make", "report", "train",
 ]  # fmt: skip
 
 
@@ -62,7 +62,14 @@ def train(
     **params: Any,
 ) -> BasePredictor:
     """Fit a predictor of ``kind`` on a samples CSV (or rows); save it when ``output`` is given."""
-    predictor = make(kind, **params).fit(_rows(samples, pair))
+    rows = _rows(samples, pair)
+    predictor = make(kind, **params).fit(rows)
+    if isinstance(samples, (str, Path)):  # provenance travels in the JSON file
+        predictor.trained_on_ = {
+            "samples": Path(samples).name,
+            "rows": len(rows),
+            "command": f"codl-tvm train {Path(samples).name} --kind {kind}",
+        }
     if output is not None:
         predictor.save(output)
     return predictor
@@ -76,7 +83,24 @@ def report(
 
     Samples of another device pair than the predictor's are refused.
     """
-    from codl_tvm.predictor.report import report as _report
+    from codl_tvm.predictor.accuracy import report as _report
 
     pred = load(predictor) if isinstance(predictor, (str, Path)) else predictor
     return _report(pred, _rows(samples, pred.pair_))
+
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def default_for(pair: Any) -> BasePredictor | None:
+    """The predictor shipped with the package for ``pair`` (a name or a ``DevicePair``).
+
+    Returns ``None`` for pairs without one (profile and ``codl-tvm train`` your own).
+    ``codl_tvm/data/predictor-x86-cuda.json`` was trained on the H100 machine's samples
+    (``codl_tvm/data/samples-x86-cuda-h100.csv``; its ``trained_on`` field says how).
+    """
+    name = pair if isinstance(pair, str) else getattr(pair, "name", None)
+    if not name:
+        raise ValueError(f"not a device pair or pair name: {pair!r}")
+    path = DATA_DIR / f"predictor-{name}.json"
+    return load(path) if path.is_file() else None

@@ -127,7 +127,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         """
         parts = {role: op.part(role, dim, ratio) for role in ("cpu", "gpu")}
         t = {f"{r}_us": (self.kernel_us(r, s) if s is not None else 0.0) for r, s in parts.items()}
-        t["share_us"] = self.sharing_.op_cost(op, dim, ratio, chain)
+        t["share_us"] = self.sharing_.op_cost(op, dim, ratio, chain, parts)
         t["total_us"] = t["share_us"] + max(t["cpu_us"], t["gpu_us"])
         return t
 
@@ -147,8 +147,10 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             raise ValueError(f"predictor of {self.pair_!r} has no samples for processor {role!r}")
         for field, (lo, hi) in zip(RANGE_FIELDS, self.range_[role], strict=False):
             val = getattr(sub, field)
+            if lo <= val <= hi:
+                continue
             key = f"{role}.{field}"
-            if not lo <= val <= hi and key not in self._warned:
+            if key not in self._warned:
                 self._warned.add(key)
                 warnings.warn(
                     f"{sub.kind} on {role}: {field}={val} is outside the trained range "
@@ -166,6 +168,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             "params": self.get_params(),
             "range": self.range_,
             "sharing": self.sharing_.to_json(),
+            **({"trained_on": self.trained_on_} if getattr(self, "trained_on_", None) else {}),
             "model": (
                 round_floats(self._model_json(), self.round_digits)
                 if self.round_digits
@@ -187,6 +190,8 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         obj.pair_, obj.range_ = doc["pair"], doc["range"]
         obj.sharing_ = SharingModel(doc["sharing"])
         obj._warned = set()
+        if "trained_on" in doc:
+            obj.trained_on_ = doc["trained_on"]
         obj._load_model(doc["model"])
         return obj
 

@@ -29,7 +29,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from codl_tvm.predictor import report
-    from codl_tvm.predictor.report import format_table
+    from codl_tvm.predictor.accuracy import format_table
 
     rep = report(args.predictor, args.samples)
     print(json.dumps(rep["rows"], indent=1) if args.json else format_table(rep))

@@ -10,6 +10,7 @@ channels, the CPU the rest (the convention of the partition pass).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from codl_tvm.geometry import Window, row_part, split_count
@@ -94,15 +95,15 @@ class OpSpec:
     def window_w(self) -> Window:
         return Window(self.KW, self.SW, self.dilation, self.pad[1], self.pad[3])
 
-    @property
+    @cached_property  # the predictor asks many times per op
     def out_h(self) -> int:
         return self.window_h.out_size(self.H) if self.kind in WINDOW_KINDS else self.H
 
-    @property
+    @cached_property  # the predictor asks many times per op
     def out_w(self) -> int:
         return self.window_w.out_size(self.W) if self.kind in WINDOW_KINDS else self.W
 
-    @property
+    @cached_property  # the predictor asks many times per op
     def out_elems(self) -> int:
         return self.out_h * self.out_w * self.OC
 
@@ -114,7 +115,7 @@ class OpSpec:
     def out_bytes(self) -> int:
         return self.out_elems * BYTES_PER_ELEM
 
-    @property
+    @cached_property  # the predictor asks many times per op
     def reduction(self) -> int:
         """Multiply-adds (or compares) per output element."""
         if self.kind in ("conv2d", "depthwise"):

@@ -60,13 +60,26 @@ class SharingModel:
         a, b = self.params[key]
         return max(a + b * nbytes, 0.0)
 
-    def op_cost(self, spec: OpSpec, dim: str, ratio: float, chain: bool) -> float:
-        """Sharing cost of one op split at ``ratio`` (0 inside a chain or on the GPU alone)."""
-        cpu = spec.part("cpu", dim, ratio)
-        if chain or cpu is None:
+    def op_cost(
+        self,
+        spec: OpSpec,
+        dim: str,
+        ratio: float,
+        chain: bool,
+        parts: dict[str, OpSpec | None] | None = None,
+    ) -> float:
+        """Sharing cost of one op split at ``ratio`` (0 inside a chain or on the GPU alone).
+
+        ``parts``: the ``{"cpu": ..., "gpu": ...}`` sub-ops when the caller has them already.
+        """
+        if chain:
+            return 0.0
+        parts = parts or {r: spec.part(r, dim, ratio) for r in ("cpu", "gpu")}
+        cpu = parts["cpu"]
+        if cpu is None:
             return 0.0
         total = self.cost("to_cpu", "cpu", cpu.in_bytes) + self.cost("to_gpu", "gpu", cpu.out_bytes)
-        gpu = spec.part("gpu", dim, ratio)
+        gpu = parts["gpu"]
         if gpu is None:
             return total
         if dim == "H":  # each part reads its own rows (+ halo) of the shared input

@@ -37,13 +37,17 @@ def _stats(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
 
 
 def predict_time_us(predictor: BasePredictor, ops: Sequence[OpSpec], repeat: int = 3) -> float:
-    """Median microseconds of one ``predict_op`` call (OC split at 0.5, no chain)."""
+    """Median microseconds of one ``predict_op`` call (OC split at 0.5, no chain).
+
+    Every repeat gets fresh copies of the ops, so nothing an OpSpec caches is reused.
+    """
     if not ops:
         return float("nan")
     best = []
     for _ in range(repeat):
+        fresh = [OpSpec.from_json(op.to_json()) for op in ops]
         t0 = time.perf_counter()
-        for op in ops:
+        for op in fresh:
             predictor.predict_op(op, "OC", 0.5)
         best.append((time.perf_counter() - t0) / len(ops) * 1e6)
     return float(np.median(best))

@@ -1,0 +1,94 @@
+"""The shipped x86-cuda predictor: loadable, small, reproducible, blocking matches the kernels."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from codl_tvm.predictor import DATA_DIR, CoDLPredictor, OpSpec, default_for, load, train
+from codl_tvm.predictor.base import sub_spec
+from codl_tvm.predictor.blocking import Machine, gpu_gemm, terms
+from codl_tvm.profiler import read_samples
+
+SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> CoDLPredictor:
+    pred = default_for("x86-cuda")
+    assert isinstance(pred, CoDLPredictor)
+    return pred
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return read_samples(SAMPLES)
+
+
+def test_default_for_known_and_unknown_pairs(shipped):
+    assert shipped.pair_ == "x86-cuda"
+    assert default_for("cpu-pair") is None
+    with pytest.raises(ValueError, match="device pair"):
+        default_for(3)
+
+
+def test_shipped_is_small_and_names_its_samples(shipped):
+    assert shipped.size_bytes <= 2048
+    assert (DATA_DIR / shipped.trained_on_["samples"]).is_file()
+    assert shipped.trained_on_["command"].startswith("codl-tvm train")
+
+
+def test_shipped_is_what_training_gives(shipped, rows):
+    again = train(SAMPLES, kind="codl")
+    assert again.to_json()["model"] == shipped.to_json()["model"]
+    assert again.trained_on_ == shipped.trained_on_
+
+
+def test_json_round_trip_predicts_the_same(shipped, tmp_path):
+    shipped.save(tmp_path / "p.json")
+    back = load(tmp_path / "p.json")
+    op = OpSpec("conv2d", 56, 56, 64, 128, 3, 3, pad=(1, 1, 1, 1))
+    for dim in ("H", "OC"):
+        assert back.predict_op(op, dim, 0.4) == shipped.predict_op(op, dim, 0.4)
+
+
+def test_predict_op_is_eq2_on_real_model(shipped):
+    op = OpSpec("conv2d", 52, 52, 256, 128, 1, 1)
+    t = shipped.predict_op(op, "OC", 0.6)
+    assert t["total_us"] == pytest.approx(t["share_us"] + max(t["cpu_us"], t["gpu_us"]))
+    assert t["share_us"] > 0 and shipped.predict_op(op, "OC", 0.6, chain=True)["share_us"] == 0
+
+
+def test_cpu_conv_tiles_match_recorded_blocking(rows):
+    # the analytic register tile (ocb x x_tile) is the block the profiled kernel recorded
+    m = Machine()
+    for r in rows:
+        if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc" and r["op"] == "conv2d":
+            s = sub_spec(r)
+            vecs = 2 if s.OC > m.lanes else 1
+            assert m.lanes * vecs * min(14, s.out_w) == r["block"], r
+
+
+def test_gpu_gemm_blocks_match_recorded_blocking(rows):
+    m = Machine()
+    for r in rows:
+        if r["role"] == "gpu" and r["algorithm"] == "implicit-gemm":
+            s = sub_spec(r)
+            blocks = gpu_gemm(s, m)[2]
+            assert math.ceil(s.out_elems / blocks) == r["block"], r
+
+
+def test_terms_cover_every_kernel_kind():
+    m = Machine()
+    for fam in ("cpu", "gpu"):
+        for op in (
+            OpSpec("conv2d", 9, 9, 8, 40, 3, 3),
+            OpSpec("depthwise", 9, 9, 8, 8, 3, 3, groups=8),
+            OpSpec("pool_max", 9, 9, 8, 8, 2, 2, 2, 2),
+            OpSpec("pool_avg", 9, 9, 8, 8, 2, 2, 2, 2),
+            OpSpec("dense", 1, 1, 100, 70),
+            OpSpec("elementwise", 9, 9, 8, 8),
+        ):
+            x = terms(fam, op, m)
+            assert x[0] == 1.0 and all(v >= 0 for v in x)
