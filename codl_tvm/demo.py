@@ -42,7 +42,7 @@ def run_demo(pair_name: str = "auto", dim: str = "H", ratio: float = 0.5, chain:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # auto's fallback is reported below
-        pair = DevicePair.preset(pair_name)
+        pair = DevicePair.parse(pair_name)
     mod = load_model(zoo.get("tiny-cnn"))
     plan = Plan.uniform(mod, dim, ratio, chain=chain)
     with warnings.catch_warnings():

@@ -9,6 +9,7 @@ CoDL) is the one that gets them for free; weights the CPU needs are lifted into 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -84,6 +85,29 @@ class DevicePair:
         if name not in PRESETS:
             raise ValueError(f"unknown device pair {name!r}; known pairs: {sorted(PRESETS)}")
         return PRESETS[name](arch=arch, num_cores=num_cores)
+
+    @staticmethod
+    def parse(text: str, *, arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+        """A pair from the command line: a preset name, or JSON target dicts (TVM's convention)
+        such as ``{"cpu": {"kind": "llvm", "mcpu": "sapphirerapids"}, "gpu": {"kind": "cuda",
+        "arch": "sm_90"}}`` (optional ``name``, ``cpu_index``, ``gpu_index``)."""
+        if not text.lstrip().startswith("{"):
+            return DevicePair.preset(text, arch=arch, num_cores=num_cores)
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--pair is neither a preset name nor valid JSON: {err}") from None
+        if not isinstance(doc, dict) or not {"cpu", "gpu"} <= set(doc):
+            raise ValueError('a JSON pair needs "cpu" and "gpu" target dicts')
+        for role in ("cpu", "gpu"):
+            try:
+                tvm.target.Target(doc[role])
+            except Exception as err:  # TVM raises several types for a bad target dict
+                raise ValueError(f"--pair: bad {role} target {doc[role]!r}: {err}") from None
+        doc.setdefault("name", "custom")
+        if doc["gpu"].get("kind") == "llvm" and "gpu_index" not in doc:
+            doc["gpu_index"] = 1  # two llvm devices, as the cpu-pair
+        return DevicePair.from_json(doc)
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> DevicePair:

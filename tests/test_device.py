@@ -47,3 +47,22 @@ def test_x86_cuda_without_gpu_needs_arch():
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown device pair 'tpu'"):
         DevicePair.preset("tpu")
+
+
+def test_parse_takes_presets_and_json_target_dicts():
+    assert DevicePair.parse("cpu-pair").name == "cpu-pair"
+    pair = DevicePair.parse('{"cpu": {"kind": "llvm", "mcpu": "sapphirerapids"}, '
+                            '"gpu": {"kind": "cuda", "arch": "sm_90"}}')
+    assert pair.gpu_target.kind.name == "cuda" and pair.cpu_spec["mcpu"] == "sapphirerapids"
+    two_cpus = DevicePair.parse('{"cpu": {"kind": "llvm"}, "gpu": {"kind": "llvm"}}')
+    assert [v.vdevice_id for v in two_cpus.vdevices] == [1, 0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "neither a preset name nor valid JSON"),
+    ('{"cpu": {"kind": "llvm"}}', 'needs "cpu" and "gpu"'),
+    ('{"cpu": {"kind": "llvm"}, "gpu": {"kind": "tpu"}}', "bad gpu target"),
+])
+def test_parse_rejects_bad_pairs(text, message):
+    with pytest.raises(ValueError, match=message):
+        DevicePair.parse(text)

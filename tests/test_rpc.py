@@ -310,3 +310,14 @@ def test_bad_addresses():
         rpc.connect(rpc="localhost")
     with pytest.raises(ValueError, match="--rpc-key"):
         rpc.connect(tracker="127.0.0.1:9190")
+
+
+def test_bench_times_every_plan_on_the_remote(server):
+    from codl_tvm.planner.bench import bench
+
+    mod = _model()
+    pair = codl_tvm.DevicePair.preset("cpu-pair")
+    rows = bench(mod, pair, ["cpu-only", "gpu-only"], None, rounds=2,
+                 session=rpc.connect(rpc=server))
+    assert {r["plan"] for r in rows} == {"cpu-only", "gpu-only"}
+    assert all(r["latency_ms"] > 0 and r["max_rel_err"] <= 1e-5 for r in rows)

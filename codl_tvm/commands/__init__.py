@@ -19,11 +19,14 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
+PAIR_HELP = ('device pair: a preset (cpu-pair, x86-cuda, android-opencl, android-adreno, auto) '
+             'or JSON target dicts \'{"cpu": {"kind": "llvm", ...}, "gpu": {"kind": "cuda", '
+             '"arch": "sm_90"}}\'')
+
+
 def add_pair_arguments(p: argparse.ArgumentParser, default: str = "auto") -> None:
     """``--pair`` and ``--arch``, as every command that builds or runs takes them."""
-    p.add_argument("--pair", default=default,
-                   help="device pair: cpu-pair, x86-cuda, android-opencl, android-adreno, auto "
-                        "(default: %(default)s)")
+    p.add_argument("--pair", default=default, help=PAIR_HELP + " (default: %(default)s)")
     p.add_argument("--arch", help="CUDA arch such as sm_90 (detected when omitted)")
 
 

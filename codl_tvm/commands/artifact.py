@@ -28,7 +28,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     from .. import DevicePair, Plan, compile, load_model
 
     mod = load_model(args.model, shape=parse_shapes(args.shape))
-    pair = DevicePair.preset(args.pair, arch=args.arch)
+    pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):

@@ -76,7 +76,7 @@ def _costs(args: argparse.Namespace):
         return PredictorCosts(pred, Path(args.predictor).name), pred.pair_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # auto's fallback shows in the pair name
-        pair = DevicePair.preset(args.pair or "auto", arch=args.arch)
+        pair = DevicePair.parse(args.pair or "auto", arch=args.arch)
     return (MeasuredCosts(pair, repeat=args.repeat) if args.measure else FlopsCosts()), pair.name
 
 

@@ -40,7 +40,7 @@ def codl(pair: Any = "auto", plan: Any = None, until: str | None = None) -> Any:
     from codl_tvm.plan import Plan
 
     if isinstance(pair, str):
-        pair = DevicePair.preset(pair)
+        pair = DevicePair.parse(pair)
     elif isinstance(pair, dict):
         pair = DevicePair.from_json(pair)
     if isinstance(plan, dict):

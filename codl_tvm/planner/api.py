@@ -118,13 +118,15 @@ def measured_costs(
     cache: str | Path,
     grid: tuple[float, ...] = MEASURE_GRID,
     progress: bool = True,
+    remote: dict[str, Any] | None = None,
 ) -> MeasuredCosts:
-    """Measure every op of ``mod`` here on ``pair`` (each processor's share of ``grid`` on each
-    dim, plus the sharing costs) into the samples file ``cache`` (resumed when it exists)."""
+    """Measure every op of ``mod`` on ``pair`` (each processor's share of ``grid`` on each
+    dim, plus the sharing costs) into the samples file ``cache`` (resumed when it exists).
+    ``remote`` (``rpc``, ``tracker``, ``key``) measures on an RPC target instead of here."""
     from ..profiler import profile, read_samples
 
     jobs = oracle_jobs(mod, grid)
-    profile(pair, cache, jobs=jobs, progress=progress)
+    profile(pair, cache, jobs=jobs, progress=progress, **(remote or {}))
     return MeasuredCosts(read_samples(cache, pair=pair.name), label=f"measured ({cache})")
 
 
@@ -145,12 +147,13 @@ def _dims_of(mg: ModelGraph, spec) -> set[str]:
 
 
 def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None = None,
-                  cache: str | Path | None = None) -> CostSource | None:
+                  cache: str | Path | None = None,
+                  remote: dict[str, Any] | None = None) -> CostSource | None:
     """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default."""
     if predictor == "measured":
         if mod is None or cache is None:
             raise ValueError("measured costs need the model and a cache file")
-        return measured_costs(mod, pair, cache)
+        return measured_costs(mod, pair, cache, remote=remote)
     if predictor:
         return predictor_costs(predictor)
     path = default_predictor(pair.name)
@@ -160,5 +163,5 @@ def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | N
         print(f"no predictor ships for pair {pair.name!r}: measuring every op here instead "
               f"(cached in {cache}); pass --predictor FILE to plan from a trained predictor",
               file=sys.stderr)
-        return measured_costs(mod, pair, cache)
+        return measured_costs(mod, pair, cache, remote=remote)
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,21 @@ def bench(
     oracle_costs: CostSource | None = None,
     rounds: int = 10,
     check: bool = True,
+    session: Any = None,
 ) -> list[dict[str, Any]]:
-    """Compile every plan, time them interleaved in this process, and compare with the
-    unsplit (GPU-only) output; returns the bench rows."""
+    """Compile every plan, time them interleaved in one process, and compare with the
+    unsplit (GPU-only) output; returns the bench rows. With ``session`` (a ``tvm.rpc``
+    session, see :func:`codl_tvm.deploy.rpc.connect`) every plan is uploaded and run there."""
     from .. import compile as codl_compile
 
     mg = build_graph(mod)
     results = plan_all(mg, names, costs, oracle_costs)
     exes = {n: codl_compile(mod, pair, r.plan) for n, r in results.items()}
     ref = codl_compile(mod, pair, None)
+    if session is not None:
+        with tempfile.TemporaryDirectory(prefix="codl-bench-") as tmp:
+            exes = {n: _remote(session, e, Path(tmp, n)) for n, e in exes.items()}
+            ref = _remote(session, ref, Path(tmp, "unsplit"))
     inputs = ref.random_inputs(0)
     expected = ref.run(inputs)
     order = list(exes)
@@ -72,6 +79,12 @@ def bench(
         per_op = [(ev.whole(x, "cpu"), ev.whole(x, "gpu")) for x in mg.nodes]
         ideal = calibrated_ideal_us(per_op, lat["cpu-only"], lat["gpu-only"])
     return summarize(order, times, {n: r.predicted_us for n, r in results.items()}, ideal, extra)
+
+
+def _remote(session: Any, exe: Any, path: Path) -> Any:
+    from ..deploy import rpc
+
+    return rpc.load_remote(session, exe.export(path))
 
 
 def _rel_err(got: np.ndarray, want: np.ndarray) -> float:

@@ -27,7 +27,7 @@ def _load(args: argparse.Namespace, out: str | None):
 
     path = model_path(args.model, args.input_shape)
     mod = load_model(str(path))
-    pair = DevicePair.preset(args.pair, arch=args.arch)
+    pair = DevicePair.parse(args.pair, arch=args.arch)
     cache = args.cache or str(Path(out or ".").resolve().parent /
                               f"costs-{Path(args.model).stem}-{pair.name}.csv")
     return mod, pair, cache
@@ -64,6 +64,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="comma-separated strategies (default: all)")
     p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds")
     p.add_argument("--json", help="write the rows to this JSON file")
+    from ..commands.artifact import add_rpc_arguments
+
+    add_rpc_arguments(p)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -76,13 +79,21 @@ def _run_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown plan(s) {unknown}; known: {', '.join(STRATEGIES)}")
     mod, pair, cache = _load(args, args.json)
+    remote = ({"rpc": args.rpc, "tracker": args.rpc_tracker, "key": args.rpc_key}
+              if args.rpc or args.rpc_tracker else None)
     needs = [n for n in names if n not in ("cpu-only", "gpu-only")]
-    costs = resolve_costs(args.predictor, pair, mod, cache) if needs else None
+    costs = resolve_costs(args.predictor, pair, mod, cache, remote) if needs else None
     oracle = None
     if any(STRATEGIES[n].measured for n in names):
         oracle = costs if args.predictor in (None, "measured") and _is_measured(costs) else (
-            resolve_costs("measured", pair, mod, cache))
-    rows = bench(mod, pair, names, costs, oracle, rounds=args.rounds)
+            resolve_costs("measured", pair, mod, cache, remote))
+    session = None
+    if remote is not None:
+        from ..deploy import rpc
+
+        session = rpc.connect(rpc=args.rpc, tracker=args.rpc_tracker, key=args.rpc_key,
+                              timeout_s=args.rpc_timeout)
+    rows = bench(mod, pair, names, costs, oracle, rounds=args.rounds, session=session)
     print(format_rows(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")

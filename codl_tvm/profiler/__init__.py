@@ -94,7 +94,7 @@ def profile(
     from codl_tvm.device import DevicePair
     from codl_tvm.profiler.measure import Session, measure
 
-    pair = pair if isinstance(pair, DevicePair) else DevicePair.preset(pair, arch=arch)
+    pair = pair if isinstance(pair, DevicePair) else DevicePair.parse(pair, arch=arch)
     if jobs is None:
         jobs = make_jobs(quick=quick, workloads=workloads, **job_options)
     session = Session(rpc=rpc, tracker=tracker, key=key)

@@ -68,7 +68,7 @@ def run_bundle_build(args: argparse.Namespace) -> int:
     from codl_tvm.profiler import make_jobs
     from codl_tvm.profiler.bundle import build_bundle
 
-    pair = DevicePair.preset(args.pair, arch=args.arch, num_cores=args.num_cores)
+    pair = DevicePair.parse(args.pair, arch=args.arch, num_cores=args.num_cores)
     if args.mcpu:
         pair = replace(pair, cpu_spec={**pair.cpu_spec, "mcpu": args.mcpu}, _cache={})
     shares = [float(x) for x in args.shares.split(",")] if args.shares else None
