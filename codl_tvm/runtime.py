@@ -203,23 +203,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
     try:
-        runner = load(args.artifact)
-        if args.inputs:
-            with np.load(args.inputs, allow_pickle=False) as npz:
-                inputs = {k: npz[k] for k in npz.files}
-        else:
-            inputs = runner.random_inputs()
-        outputs = runner.run(inputs)
+        run_and_report(load(args.artifact), args.inputs, args.output, args.time, args.repeat)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_and_report(runner: Runner, inputs: str | None, output: str | None, time: bool,
+                   repeat: int, where: str = "") -> None:
+    """What ``run`` prints: inputs from an .npz (random when None), output shapes, the outputs
+    saved to ``output`` (.npz, model order), and the median latency when ``time``."""
+    if inputs:
+        with np.load(inputs, allow_pickle=False) as npz:
+            values = {k: npz[k] for k in npz.files}
+    else:
+        values = runner.random_inputs()
+    outputs = runner.run(values)
     for i, out in enumerate(outputs):
         print(f"output_{i}: shape={list(out.shape)} dtype={out.dtype}")
-    if args.output:
-        np.savez(args.output, **{f"output_{i}": o for i, o in enumerate(outputs)})
-    if args.time:
-        print(f"median latency: {runner.time(inputs, repeat=args.repeat) * 1e3:.3f} ms")
-    return 0
+    if output:
+        np.savez(output, **{f"output_{i}": o for i, o in enumerate(outputs)})
+    if time:
+        print(f"median latency{where}: {runner.time(values, repeat=repeat) * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
 from . import Command, add_pair_arguments, parse_shapes
 
 
@@ -66,23 +64,13 @@ def add_rpc_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_remote(args: argparse.Namespace) -> int:
+    from .. import runtime
     from ..deploy import rpc
 
     session = rpc.connect(rpc=args.rpc, tracker=args.rpc_tracker, key=args.rpc_key,
                           timeout_s=args.rpc_timeout)
     runner = rpc.load_remote(session, args.artifact)
-    if args.inputs:
-        with np.load(args.inputs, allow_pickle=False) as npz:
-            inputs = {k: npz[k] for k in npz.files}
-    else:
-        inputs = runner.random_inputs()
-    outputs = runner.run(inputs)
-    for i, out in enumerate(outputs):
-        print(f"output_{i}: shape={list(out.shape)} dtype={out.dtype}")
-    if args.output:
-        np.savez(args.output, **{f"output_{i}": o for i, o in enumerate(outputs)})
-    if args.time:
-        print(f"median latency (remote): {runner.time(inputs, repeat=args.repeat) * 1e3:.3f} ms")
+    runtime.run_and_report(runner, args.inputs, args.output, args.time, args.repeat, " (remote)")
     return 0
 
 
