@@ -28,23 +28,30 @@ def conv_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
     return ocb, x_tile
 
 
+def padded_input(c: Conv2DInfo, x: te.Tensor, hp: int, wp: int) -> te.Tensor:
+    """``x`` with the conv's zero padding materialised (``hp`` x ``wp``), so the hot loop of
+    every CPU conv kernel reads without predicates."""
+    top, left = c.pad[0], c.pad[1]
+
+    def pad_val(n, ci, h, ww):
+        hi, wi = h - top, ww - left
+        inside = tirx.all(hi >= 0, hi < c.h, wi >= 0, wi < c.w)
+        return tirx.if_then_else(inside, x[n, ci, hi, wi], tirx.const(0.0, x.dtype))
+
+    return te.compute((c.n, c.ic, hp, wp), pad_val, name="codl_pad")
+
+
 def direct_compute(c: Conv2DInfo, t: TargetInfo):
     """A ``build(x, w) -> out`` for :func:`splice.splice` (groups == 1)."""
     ocb, xt = conv_tiles(c, t)
     ocp = math.ceil(c.oc / ocb)
     owp = math.ceil(c.ow / xt) * xt
     (sh, sw), (dh, dw) = c.stride, c.dilation
-    top, left = c.pad[0], c.pad[1]
     hp = (c.oh - 1) * sh + (c.kh - 1) * dh + 1
     wp = (owp - 1) * sw + (c.kw - 1) * dw + 1
 
     def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        def pad_val(n, ci, h, ww):
-            hi, wi = h - top, ww - left
-            inside = tirx.all(hi >= 0, hi < c.h, wi >= 0, wi < c.w)
-            return tirx.if_then_else(inside, x[n, ci, hi, wi], tirx.const(0.0, x.dtype))
-
-        xp = te.compute((c.n, c.ic, hp, wp), pad_val, name="codl_pad")
+        xp = padded_input(c, x, hp, wp)
         wpk = te.compute(
             (ocp, c.ic, c.kh, c.kw, ocb),
             lambda o, ci, r, s, i: tirx.if_then_else(

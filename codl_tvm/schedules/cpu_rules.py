@@ -9,7 +9,7 @@ from tvm.s_tir import Schedule
 
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
-from .cpu_conv import out_shape
+from .cpu_conv import out_shape, padded_input
 from .target_info import TargetInfo
 
 
@@ -17,18 +17,12 @@ def grouped_compute(c: Conv2DInfo, t: TargetInfo):
     """``build(x, w) -> out`` for grouped/depthwise conv, output columns in SIMD lanes."""
     owp = math.ceil(c.ow / t.lanes) * t.lanes
     (sh, sw), (dh, dw) = c.stride, c.dilation
-    top, left = c.pad[0], c.pad[1]
     hp = (c.oh - 1) * sh + (c.kh - 1) * dh + 1
     wp = (owp - 1) * sw + (c.kw - 1) * dw + 1
     ocg, icg = c.oc // c.groups, c.ic_per_group
 
     def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        def pad_val(n, ci, h, ww):
-            hi, wi = h - top, ww - left
-            inside = tirx.all(hi >= 0, hi < c.h, wi >= 0, wi < c.w)
-            return tirx.if_then_else(inside, x[n, ci, hi, wi], tirx.const(0.0, x.dtype))
-
-        xp = te.compute((c.n, c.ic, hp, wp), pad_val, name="codl_pad")
+        xp = padded_input(c, x, hp, wp)
         rc = te.reduce_axis((0, icg), name="rc")
         ry = te.reduce_axis((0, c.kh), name="ry")
         rx = te.reduce_axis((0, c.kw), name="rx")
