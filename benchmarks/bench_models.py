@@ -37,6 +37,7 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm import zoo
     from codl_tvm.planner import MeasuredCosts, build_graph, make_plan, predictor_costs
     from codl_tvm.planner.api import oracle_jobs
+    from codl_tvm.planner.bench import plan_key
     from codl_tvm.planner.search import Evaluator
     from codl_tvm.profiler import read_samples
 
@@ -67,12 +68,18 @@ def build(args: argparse.Namespace) -> int:
                       f"{'--oracle-samples' if name == 'oracle' else '--predictor'})")
                 continue
             res = make_plan(mg, name, use)
-            exe = codl_tvm.compile(mod, pair, res.plan)
-            exe.export(out / model / name, weights=False)
+            key = plan_key(res.plan)
+            rep = next((n for n, p in entry["plans"].items()
+                        if p.get("key") == key and "same_as" not in p), name)
+            if rep == name:  # identical plans are compiled and timed once
+                exe = codl_tvm.compile(mod, pair, res.plan)
+                exe.export(out / model / name, weights=False)
             res.plan.save(out / model / f"{name}.plan.json")
             entry["plans"][name] = {"predicted_ms": res.predicted_us / 1e3,
                                     "cpu_mem_mb": res.memory["cpu_bytes"] / 2**20,
-                                    "gpu_mem_mb": res.memory["gpu_bytes"] / 2**20}
+                                    "gpu_mem_mb": res.memory["gpu_bytes"] / 2**20, "key": key}
+            if rep != name:
+                entry["plans"][name]["same_as"] = rep
         index_path.write_text(json.dumps(index, indent=1))
         print(f"{model}: {len(mg.nodes)} ops, {time.time() - t0:.0f} s", flush=True)
     if not args.oracle_samples and not args.no_oracle_bundle:
@@ -135,7 +142,13 @@ def _prewarm(root: Path, paths: list[Path], jobs: int, cache: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from codl_tvm import runtime
-    from codl_tvm.planner.timing import calibrated_ideal_us, format_rows, interleaved, summarize
+    from codl_tvm.planner.timing import (
+        calibrated_ideal_us,
+        format_rows,
+        interleaved,
+        same_as,
+        summarize,
+    )
 
     root = Path(args.artifacts)
     index = json.loads((root / "index.json").read_text())
@@ -149,7 +162,10 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
     results, start = {}, time.time()
     for model, entry in index.items():
-        names = [n for n in PLANS if (root / model / n).exists()]
+        plans = entry["plans"]
+        reps = {n: plans[n].get("same_as", n) for n in PLANS
+                if n in plans and (root / model / plans[n].get("same_as", n)).exists()}
+        names = [n for n in reps if reps[n] == n]
         if not names:
             continue
         left = args.deadline_s - (time.time() - start)
@@ -159,13 +175,15 @@ def run(args: argparse.Namespace) -> int:
         runners = [runtime.load(root / model / n) for n in names]
         inputs = [r.random_inputs(0) for r in runners]
         times = interleaved(runners, inputs, rounds=args.rounds, deadline_s=min(left, 60))
+        times = [times[names.index(reps[n])] for n in reps]
+        names = list(reps)
         lat = {n: sorted(t)[len(t) // 2] * 1e6 for n, t in zip(names, times)}
         ideal = None
         if entry.get("per_op_us") and "cpu-only" in lat and "gpu-only" in lat:
             ideal = calibrated_ideal_us(entry["per_op_us"], lat["cpu-only"], lat["gpu-only"])
         pred = {n: entry["plans"][n]["predicted_ms"] * 1e3 for n in names}
         extra = {n: {k: v for k, v in entry["plans"][n].items() if k.endswith("_mb")}
-                 for n in names}
+                 | same_as(reps).get(n, {}) for n in names}
         rows = summarize(names, times, pred, ideal, extra)
         results[model] = rows
         print(f"\n== {model} ({len(times[0])} rounds)\n{format_rows(rows)}", flush=True)

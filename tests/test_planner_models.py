@@ -131,3 +131,16 @@ def test_unknown_strategy_and_missing_costs_are_clear_errors(tiny):
         make_plan(tiny, "fast", AnalyticCosts())
     with pytest.raises(ValueError, match="needs a cost source"):
         make_plan(tiny, "codl", None)
+
+
+def test_bench_times_identical_plans_once(tiny, pair):
+    """Regression: two names for one plan were timed apart, and noise made one 'slower'."""
+    from codl_tvm.planner.bench import bench
+
+    costs = AnalyticCosts(cpu_gflops=1.0, gpu_gflops=1000.0)  # the GPU wins everything
+    rows = bench(tiny, pair, ["gpu-only", "cpu-only", "codl"], costs, rounds=2)
+    by = {r["plan"]: r for r in rows}
+    assert by["codl"]["same_as"] == "gpu-only" and "same_as" not in by["gpu-only"]
+    assert by["codl"]["latency_ms"] == by["gpu-only"]["latency_ms"]
+    assert by["cpu-only"]["latency_ms"] != by["gpu-only"]["latency_ms"]
+    assert all(r["max_rel_err"] <= 1e-5 for r in rows)

@@ -121,3 +121,32 @@ def test_planning_time_of_a_hundred_op_chain_is_reported(capsys):
     STRATEGIES["codl"].fn(nodes, ev, Options())
     with capsys.disabled():
         print(f"\ncodl planning of 100 ops: {time.perf_counter() - t0:.3f} s")
+
+
+@dataclass
+class RangedRowCosts(RowCosts):
+    """RowCosts trained only on inputs of at most ``max_h`` rows."""
+
+    max_h: int = 8
+
+    def in_range(self, sub: OpSpec) -> bool:
+        return sub.H <= self.max_h
+
+
+def test_op_outside_the_trained_range_is_never_split():
+    ev_in, ev_out = Evaluator(RangedRowCosts(max_h=64)), Evaluator(RangedRowCosts(max_h=4))
+    node = conv_node(0, h=32, last=True)
+    assert best_choice(ev_in, node, ratio_grid(0.05)).place == "split"
+    out = best_choice(ev_out, node, ratio_grid(0.05))
+    assert out.place in ("gpu", "cpu") and out.split is None
+
+
+def test_shipped_predictor_is_the_default_for_its_pair():
+    """Regression: the planner looked for the shipped predictor in the wrong folder."""
+    from codl_tvm.device import DevicePair
+    from codl_tvm.planner.api import resolve_costs
+    from codl_tvm.planner.costs import PredictorCosts
+
+    costs = resolve_costs(None, DevicePair.preset("x86-cuda", arch="sm_90"))
+    assert isinstance(costs, PredictorCosts) and costs.predictor.pair_ == "x86-cuda"
+    assert resolve_costs(None, DevicePair.preset("cpu-pair")) is None

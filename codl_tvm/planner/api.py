@@ -19,7 +19,6 @@ from .strategies import STRATEGIES, Options
 
 # coarse shares for measured costs: each processor's share of every op on every dim
 MEASURE_GRID = (0.25, 0.5, 0.75, 1.0)
-DEFAULT_PREDICTORS = Path(__file__).resolve().parent.parent / "predictor" / "data"
 
 
 @dataclass
@@ -102,8 +101,10 @@ def ideal(mg: ModelGraph, costs: CostSource) -> dict[str, float]:
 # ---- cost sources ---------------------------------------------------------------------------
 def default_predictor(pair: str) -> Path | None:
     """The predictor codl-tvm ships for a device pair, if any."""
-    path = DEFAULT_PREDICTORS / f"{pair}.json"
-    return path if path.exists() else None
+    from ..predictor import DATA_DIR
+
+    path = DATA_DIR / f"predictor-{pair}.json"
+    return path if path.is_file() else None
 
 
 def predictor_costs(path: str | Path) -> PredictorCosts:

@@ -16,7 +16,7 @@ from .costs import CostSource
 from .opgraph import ModelGraph, build_graph
 from .search import Evaluator
 from .strategies import STRATEGIES
-from .timing import calibrated_ideal_us, interleaved, summarize
+from .timing import calibrated_ideal_us, interleaved, representatives, same_as, summarize
 
 DEFAULT_PLANS = tuple(STRATEGIES)
 
@@ -56,7 +56,8 @@ def bench(
 
     mg = build_graph(mod)
     results = plan_all(mg, names, costs, oracle_costs)
-    exes = {n: codl_compile(mod, pair, r.plan) for n, r in results.items()}
+    reps = representatives({n: plan_key(r.plan) for n, r in results.items()})
+    exes = {n: codl_compile(mod, pair, r.plan) for n, r in results.items() if reps[n] == n}
     ref = codl_compile(mod, pair, None)
     if session is not None:
         with tempfile.TemporaryDirectory(prefix="codl-bench-") as tmp:
@@ -64,13 +65,16 @@ def bench(
             ref = _remote(session, ref, Path(tmp, "unsplit"))
     inputs = ref.random_inputs(0)
     expected = ref.run(inputs)
-    order = list(exes)
-    times = interleaved([exes[n] for n in order], [inputs] * len(order), rounds=rounds)
-    extra = {n: memory_row(results[n]) for n in order}
+    unique = list(exes)
+    timed = interleaved([exes[n] for n in unique], [inputs] * len(unique), rounds=rounds)
+    order = list(reps)
+    times = [timed[unique.index(reps[n])] for n in order]
+    extra = {n: memory_row(results[n]) | same_as(reps).get(n, {}) for n in order}
     if check:
+        errs = {n: max(_rel_err(g, e) for g, e in zip(exes[n].run(inputs), expected))
+                for n in unique}
         for n in order:
-            got = exes[n].run(inputs)
-            extra[n]["max_rel_err"] = max(_rel_err(g, e) for g, e in zip(got, expected))
+            extra[n]["max_rel_err"] = errs[reps[n]]
     ideal = None
     src = oracle_costs or costs
     lat = {n: float(np.median(t)) * 1e6 for n, t in zip(order, times)}
@@ -79,6 +83,13 @@ def bench(
         per_op = [(ev.whole(x, "cpu"), ev.whole(x, "gpu")) for x in mg.nodes]
         ideal = calibrated_ideal_us(per_op, lat["cpu-only"], lat["gpu-only"])
     return summarize(order, times, {n: r.predicted_us for n, r in results.items()}, ideal, extra)
+
+
+def plan_key(plan: Any) -> str:
+    """A plan's content (placements, chains, io device) as a comparable string."""
+    import json
+
+    return json.dumps(plan.to_json(), sort_keys=True)
 
 
 def _remote(session: Any, exe: Any, path: Path) -> Any:

@@ -33,6 +33,15 @@ class CostSource(Protocol):
     def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
 
 
+def trusted(costs: CostSource, sub: OpSpec) -> bool:
+    """Whether ``costs`` answers for ``sub`` from data rather than by extrapolation.
+
+    Sources without a notion of range (measured, analytic) are always trusted.
+    """
+    check = getattr(costs, "in_range", None)
+    return True if check is None else bool(check(sub))
+
+
 class PredictorCosts:
     """Times from a trained predictor (:mod:`codl_tvm.predictor`)."""
 
@@ -45,6 +54,17 @@ class PredictorCosts:
 
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return float(self.predictor.sharing_.cost(op, role, nbytes))
+
+    def in_range(self, sub: OpSpec) -> bool:
+        """``sub`` lies inside the shapes the predictor was trained on, on both processors."""
+        from ..predictor.base import RANGE_FIELDS
+
+        ranges = getattr(self.predictor, "range_", None) or {}
+        return all(
+            role in ranges and all(lo <= getattr(sub, f) <= hi
+                                   for f, (lo, hi) in zip(RANGE_FIELDS, ranges[role]))
+            for role in ("cpu", "gpu")
+        )
 
 
 @dataclass

@@ -39,6 +39,22 @@ def interleaved(
     return times
 
 
+def representatives(keys: dict[str, str]) -> dict[str, str]:
+    """For plans given as ``name -> content key``, the first name with the same content.
+
+    Identical plans compile to identical modules, so a bench times each content once and
+    reports that measurement for every name sharing it (two timings of one module differ only
+    by noise, which would otherwise read as one plan being slower than the other).
+    """
+    first: dict[str, str] = {}
+    return {name: first.setdefault(key, name) for name, key in keys.items()}
+
+
+def same_as(reps: dict[str, str]) -> dict[str, dict[str, str]]:
+    """``extra`` columns for :func:`summarize`: which plan a row's measurement belongs to."""
+    return {n: {"same_as": r} for n, r in reps.items() if r != n}
+
+
 def summarize(
     names: Sequence[str], times: Sequence[Sequence[float]], predicted_us: dict[str, float],
     ideal_us: float | None = None, extra: dict[str, dict] | None = None,
@@ -62,6 +78,7 @@ def summarize(
             row["ideal_share"] = float("nan")
         row.update((extra or {}).get(n, {}))
         rows.append(row)
+
     return rows
 
 
@@ -82,7 +99,7 @@ def calibrated_ideal_us(per_op: Sequence[tuple[float, float]], cpu_only_us: floa
 
 def format_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     columns = list(columns or ["plan", "latency_ms", "speedup", "ideal_share", "predicted_ms",
-                               "cpu_mem_mb", "gpu_mem_mb", "max_rel_err"])
+                               "cpu_mem_mb", "gpu_mem_mb", "max_rel_err", "same_as"])
     columns = [c for c in columns if any(c in r for r in rows)]
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
