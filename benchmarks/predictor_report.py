@@ -20,6 +20,7 @@ from pathlib import Path
 from codl_tvm.predictor import KINDS, make
 from codl_tvm.predictor.accuracy import report, split_models, split_rows
 from codl_tvm.profiler import read_samples
+from codl_tvm.profiler.noise import format_noise, noise_rows
 
 
 def evaluate(train_rows: list[dict], test_rows: list[dict]) -> dict[str, dict]:
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.test_models:
         results["heldout_models"] = evaluate(*split_models(rows, args.test_models))
     md = [f"samples: `{args.samples}` ({len(rows)} rows, pair {rows[0]['pair']})", ""]
+    results["noise"] = noise_rows(rows)
+    md += [format_noise(results["noise"]), ""]
     md += [summary_table("30% held-out samples", results["split30"]), ""]
     md += [per_op_table(results["split30"]), ""]
     if "heldout_models" in results:

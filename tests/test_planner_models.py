@@ -144,3 +144,42 @@ def test_bench_times_identical_plans_once(tiny, pair):
     assert by["codl"]["latency_ms"] == by["gpu-only"]["latency_ms"]
     assert by["cpu-only"]["latency_ms"] != by["gpu-only"]["latency_ms"]
     assert all(r["max_rel_err"] <= 1e-5 for r in rows)
+
+
+def test_offline_bench_bundle_runs_runtime_only(measured, tmp_path):
+    """`codl-tvm bench --bundle` compiles here; the bundle runner times it in a process that
+    has only TVM's runtime, and writes the same rows as `bench --json`."""
+    import os
+    import subprocess
+    import sys
+
+    from codl_tvm.cli import main
+
+    _, cache = measured
+    folder = tmp_path / "bundle"
+    assert main(["bench", "tiny-cnn", "--pair", "cpu-pair", "--predictor", "measured",
+                 "--cache", str(cache), "--plans", "cpu-only,gpu-only,codl,oracle",
+                 "--bundle", str(folder)]) == 0
+    index = json.loads((folder / "index.json").read_text())
+    assert set(index["tiny-cnn"]["plans"]) == {"cpu-only", "gpu-only", "codl", "oracle"}
+    assert (folder / "tiny-cnn" / "cpu-only" / "manifest.json").is_file()
+    out = tmp_path / "rows.json"
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")
+    proc = subprocess.run([sys.executable, "-m", "codl_tvm.planner.bundle", str(folder),
+                           "-o", str(out), "--rounds", "2"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["tiny-cnn"]
+    assert [r["plan"] for r in rows] == ["cpu-only", "gpu-only", "codl", "oracle"]
+    for r in rows:
+        assert {"latency_ms", "speedup", "ideal_share", "predicted_ms"} <= set(r)
+        if "same_as" in r:  # identical plans share one measurement
+            twin = next(x for x in rows if x["plan"] == r["same_as"])
+            assert twin["latency_ms"] == r["latency_ms"]
+
+
+def test_bench_bundle_runner_names_a_missing_bundle(tmp_path):
+    from codl_tvm.planner import bundle
+
+    with pytest.raises(FileNotFoundError, match="not a bench bundle"):
+        bundle.run(tmp_path, tmp_path / "rows.json")

@@ -64,6 +64,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="comma-separated strategies (default: all)")
     p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds")
     p.add_argument("--json", help="write the rows to this JSON file")
+    p.add_argument("--bundle", metavar="DIR",
+                   help="offline: compile the plans into DIR and stop; time them on the target "
+                        "with `python -m codl_tvm.planner.bundle DIR -o rows.json`")
     from ..commands.artifact import add_rpc_arguments
 
     add_rpc_arguments(p)
@@ -87,6 +90,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     if any(STRATEGIES[n].measured for n in names):
         oracle = costs if args.predictor in (None, "measured") and _is_measured(costs) else (
             resolve_costs("measured", pair, mod, cache, remote))
+    if args.bundle:
+        return _write_bundle(args, mod, pair, names, costs, oracle)
     session = None
     if remote is not None:
         from ..deploy import rpc
@@ -97,6 +102,17 @@ def _run_bench(args: argparse.Namespace) -> int:
     print(format_rows(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> int:
+    from . import bundle
+
+    entry = bundle.build(args.bundle, Path(args.model).stem, mod, pair, names, costs, oracle)
+    distinct = sum("same_as" not in p for p in entry["plans"].values())
+    print(f"wrote {len(entry['plans'])} plans ({distinct} distinct) of {args.model} to "
+          f"{args.bundle}; on the target: python -m codl_tvm.planner.bundle {args.bundle} "
+          f"-o rows.json")
     return 0
 
 

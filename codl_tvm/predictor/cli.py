@@ -30,9 +30,16 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from codl_tvm.predictor import report
     from codl_tvm.predictor.accuracy import format_table
+    from codl_tvm.profiler import read_samples
+    from codl_tvm.profiler.noise import format_noise, noise_rows
 
     rep = report(args.predictor, args.samples)
-    print(json.dumps(rep["rows"], indent=1) if args.json else format_table(rep))
+    if args.json:
+        print(json.dumps(rep["rows"], indent=1))
+        return 0
+    print(format_table(rep))
+    print()  # the ceiling: how often the samples agree with themselves
+    print(format_noise(noise_rows(read_samples(args.samples))))
     return 0
 
 

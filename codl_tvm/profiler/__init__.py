@@ -82,6 +82,7 @@ def profile(
     arch: str | None = None,
     progress: bool = True,
     jobs: Sequence[Any] | None = None,
+    proto: Any = None,
     **job_options: Any,
 ) -> dict[str, int]:
     """Measure a pair's kernels (locally or over RPC) into ``output``; resumes a partial file.
@@ -90,6 +91,8 @@ def profile(
     -------
     dict
         ``measured`` rows written now and ``resumed`` rows already in the file.
+
+    ``proto`` (:class:`codl_tvm.profiler.rounds.Protocol`) sets rounds and repeat lengths.
     """
     from codl_tvm.device import DevicePair
     from codl_tvm.profiler.measure import Session, measure
@@ -98,4 +101,4 @@ def profile(
     if jobs is None:
         jobs = make_jobs(quick=quick, workloads=workloads, **job_options)
     session = Session(rpc=rpc, tracker=tracker, key=key)
-    return measure(pair, jobs, output, session, progress=progress)
+    return measure(pair, jobs, output, session, progress=progress, proto=proto)

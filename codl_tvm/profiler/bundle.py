@@ -10,14 +10,17 @@ A bundle is a folder with ``libN.so`` (exported VM executables, one per batch of
                             "input_devices": [0, 0], "timer_device": 0, "flops": 123,
                             "row": {...every CSV column but the measured ones...}}]}]}
 
-Libraries come GPU first, then transfers, then CPU, each cheapest first, so a run cut short by
-its deadline has measured the most rows it could.
+Libraries alternate between the roles (GPU, CPU, copy/transfer; each role's cheapest first),
+so a size cap cuts every role evenly; what it leaves out is counted per role in ``left_out_by``
+(``left_out`` is the total) and printed. The runner visits the entries round-robin over the
+libraries anyway (``rounds.py``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +30,28 @@ from tqdm import tqdm
 from codl_tvm.device import DevicePair
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
 from codl_tvm.profiler.kernels import build_role_module, build_transfer_module, compile_module
-from codl_tvm.profiler.measure import entry_placement, entry_row, lib_devices, plan_batches
+from codl_tvm.profiler.measure import (
+    Batch,
+    entry_placement,
+    entry_row,
+    lib_devices,
+    plan_batches,
+)
+from codl_tvm.profiler.rounds import interleave
 from codl_tvm.profiler.schema import COLUMNS, KEY_COLUMNS
 from codl_tvm.profiler.space import Job
 
-_ROLE_ORDER = {"gpu": 0, None: 1, "cpu": 2}
+
+def role_name(role: str | None) -> str:
+    return role or "copy"
+
+
+def interleave_batches(batches: list[Batch]) -> list[Batch]:
+    """Round-robin over the roles' batch lists (gpu, cpu, copy), each keeping its order."""
+    by_role: dict[str, list[Batch]] = {}
+    for b in batches:
+        by_role.setdefault(role_name(b[0]), []).append(b)
+    return interleave([by_role[r] for r in ("gpu", "cpu", "copy") if r in by_role])
 
 
 def build_bundle(
@@ -52,12 +72,13 @@ def build_bundle(
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    batches = sorted(plan_batches(jobs, batch_size), key=lambda b: _ROLE_ORDER[b[0]])
+    batches = interleave_batches(plan_batches(jobs, batch_size))
     libs: list[dict[str, Any]] = []
-    total, left_out = 0, 0
+    total = 0
+    left_out = {"gpu": 0, "cpu": 0, "copy": 0}
     for n, (role, batch) in enumerate(tqdm(batches, desc="bundle", disable=not progress)):
         if total >= max_bytes:
-            left_out += len(batch)
+            left_out[role_name(role)] += len(batch)
             continue
         if role is None:
             mod, entries = build_transfer_module(batch, pair)
@@ -75,8 +96,15 @@ def build_bundle(
         "key_columns": list(KEY_COLUMNS),
         "libs": libs,
         "size_bytes": total,
-        "left_out": left_out,
+        "left_out": sum(left_out.values()),
+        "left_out_by": left_out,
     }
+    if manifest["left_out"]:
+        warnings.warn(
+            f"bundle size cap {max_bytes >> 20} MiB reached: left out {left_out} jobs per role "
+            "(raise --max-mib or measure fewer shapes)",
+            stacklevel=2,
+        )
     (tmp / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)

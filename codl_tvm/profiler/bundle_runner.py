@@ -5,18 +5,20 @@ This file imports only the standard library, numpy and the TVM *runtime*, so it 
 
     python codl_tvm/profiler/bundle_runner.py BUNDLE_DIR -o samples.csv [--deadline-s 420]
 
-It reads ``BUNDLE_DIR/manifest.json`` (written by ``codl_tvm.profiler.bundle``), loads each
-exported library, times every function with the VM's ``time_evaluator`` and appends one CSV row
-per function (the row template from the manifest plus the measured columns). Rows already in
-the output are skipped, so an interrupted run resumes. Libraries and functions come in the
-order of the manifest (cheapest first); past the deadline, or once one call of a library takes
-longer than ``--max-call-s``, the rest of that library is skipped and counted.
+It reads ``BUNDLE_DIR/manifest.json`` (written by ``codl_tvm.profiler.bundle``), loads every
+exported library, and measures every function with the protocol of
+:mod:`codl_tvm.profiler.rounds`: ``--rounds`` visits per function, round-robin over the
+libraries (GPU, CPU and copy kernels alternate) and reshuffled each round, each visit warmed up
+and timed in repeats of at least ``--min-repeat-ms``. Rows (the manifest's row template plus the
+measured columns) go to the CSV after each round; every visit goes to ``OUT.rounds.jsonl`` at
+once, so an interrupted run resumes. Past the deadline no more visits start (rows measured in
+fewer rounds keep what they have); once one call of a library takes longer than
+``--max-call-s``, that library's costlier functions get no more visits.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import json
 import os
@@ -29,28 +31,15 @@ from typing import Any
 
 import numpy as np
 
-MANIFEST_VERSION = 1
+if __package__:
+    from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
+    from codl_tvm.profiler.rounds import time_function as time_function
+else:  # run as a file where only runtime-only TVM exists: the sibling module
+    from rounds import Item, Protocol, RoundBook, interleave, run_rounds  # type: ignore
+    from rounds import time_function as time_function  # type: ignore
 
-
-def time_function(
-    vm: Any, name: str, args: list[Any], dev: Any, min_repeat_ms: float = 5.0, max_repeat: int = 7
-) -> tuple[float, float, int, float]:
-    """Time ``vm[name](*args)``: (median_us, spread_us, repeats, first_call_s).
-
-    One untimed warm-up call, then ``number`` calls per repeat chosen so a repeat lasts about
-    ``min_repeat_ms``; slow kernels get fewer repeats so one measurement stays under ~3 s.
-    The VM's stateful API (``set_input`` + ``invoke_stateful``) works both here and over RPC.
-    """
-    vm.set_input(name, *args)
-    t0 = time.perf_counter()
-    vm.invoke_stateful(name)
-    dev.sync()
-    first_s = time.perf_counter() - t0
-    number = max(1, int(min_repeat_ms / 1e3 / max(first_s, 1e-7)))
-    repeat = max_repeat if first_s < 0.05 else (3 if first_s < 1.0 else 1)
-    res = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)(name)
-    costs = np.array(list(res.results)) * 1e6
-    return float(np.median(costs)), float((costs.max() - costs.min()) / 2), repeat, first_s
+MANIFEST_VERSION = 2
+READS_VERSIONS = (1, 2)  # 2 adds the per-role left-out counts; entries are the same
 
 
 def device(kind: str, index: int, remote: Any = None) -> Any:
@@ -89,83 +78,115 @@ def setup_cuda(arch: str) -> None:
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
 
 
-def _done_keys(path: Path, key_cols: list[str]) -> set[tuple[str, ...]]:
-    if not path.exists() or path.stat().st_size == 0:
-        return set()
-    with path.open(newline="") as fh:
-        return {_key(row, key_cols) for row in csv.DictReader(fh)}
+def _key_fn(key_cols: list[str]):
+    def key(row: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(f"{float(row[c]):.4f}" if c == "ratio" else str(row[c]) for c in key_cols)
+
+    return key
 
 
-def _key(row: dict[str, Any], key_cols: list[str]) -> tuple[str, ...]:
-    return tuple(f"{float(row[c]):.4f}" if c == "ratio" else str(row[c]) for c in key_cols)
+def _visit(vm: Any, entry: dict[str, Any], devs: list[Any], proto: Protocol):
+    def visit() -> tuple[list[float], float]:
+        args = make_inputs(entry["inputs"], [devs[i] for i in entry["input_devices"]])
+        return time_function(vm, entry["name"], args, devs[entry["timer_device"]], proto)
+
+    return visit
 
 
 def run_bundle(
-    bundle: str | Path, out: str | Path, deadline_s: float = 420.0, max_call_s: float = 3.0
+    bundle: str | Path,
+    out: str | Path,
+    deadline_s: float = 420.0,
+    max_call_s: float = 3.0,
+    proto: Protocol | None = None,
 ) -> dict[str, int]:
-    """Measure every function of a bundle; returns counts of measured / skipped / resumed rows."""
+    """Measure every function of a bundle in rounds; returns counts of rows and visits.
+
+    All libraries are loaded first, then the entries are visited round-robin over the
+    libraries (GPU, CPU and copy kernels alternate) in each of ``proto.rounds`` rounds.
+    """
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
+    proto = proto or Protocol()
     bundle, out = Path(bundle), Path(out)
     man = json.loads((bundle / "manifest.json").read_text())
-    if man.get("version") != MANIFEST_VERSION:
+    if man.get("version") not in READS_VERSIONS:
         raise SystemExit(
-            f"{bundle}: manifest version {man.get('version')} is not {MANIFEST_VERSION}"
+            f"{bundle}: manifest version {man.get('version')} is not one of {READS_VERSIONS}"
         )
-    cols, key_cols = man["columns"], man["key_columns"]
     if man.get("cuda_arch"):
         setup_cuda(man["cuda_arch"])
-    done = _done_keys(out, key_cols)
-    new_file = not out.exists() or out.stat().st_size == 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    counts = {"measured": 0, "skipped": 0, "resumed": 0}
+    book = RoundBook(out, man["columns"], _key_fn(man["key_columns"]))
     start = time.perf_counter()
-    with out.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, cols)
-        if new_file:
-            writer.writeheader()
-        for lib in man["libs"]:
-            todo = [e for e in lib["entries"] if _key(e["row"], key_cols) not in done]
-            counts["resumed"] += len(lib["entries"]) - len(todo)
-            if not todo or time.perf_counter() - start > deadline_s:
-                counts["skipped"] += len(todo)
-                continue
-            devs = [tvm.device(k, i) for k, i in lib["devices"]]
-            vm = VirtualMachine(tvm.runtime.load_module(str(bundle / lib["file"])), devs)
-            for n, entry in enumerate(todo):
-                if time.perf_counter() - start > deadline_s:
-                    counts["skipped"] += len(todo) - n
-                    break
-                args = make_inputs(entry["inputs"], [devs[i] for i in entry["input_devices"]])
-                med, spread, rep, first = time_function(
-                    vm, entry["name"], args, devs[entry["timer_device"]]
-                )
-                row = dict(
-                    entry["row"], latency_us=round(med, 3), spread_us=round(spread, 3), repeat=rep
-                )
-                if "cores" in lib:
-                    row["cores"] = lib["cores"]
-                writer.writerow({c: row[c] for c in cols})
-                fh.flush()
-                counts["measured"] += 1
-                if first > max_call_s:
-                    counts["skipped"] += len(todo) - n - 1
-                    break
-            print(
-                f"{lib['file']}: done ({counts}, {time.perf_counter() - start:.0f} s)", flush=True
-            )
+    per_lib = []
+    for lib in man["libs"]:
+        if all(book.final(e["row"]) for e in lib["entries"]):
+            per_lib.append([None] * len(lib["entries"]))
+            continue
+        devs = [tvm.device(k, i) for k, i in lib["devices"]]
+        vm = VirtualMachine(tvm.runtime.load_module(str(bundle / lib["file"])), devs)
+        items = []
+        for entry in lib["entries"]:
+            row = dict(entry["row"], **({"cores": lib["cores"]} if "cores" in lib else {}))
+            items.append(Item(row, _visit(vm, entry, devs, proto), lib["file"], entry["flops"]))
+        per_lib.append(items)
+    print(f"loaded {len(per_lib)} libraries in {time.perf_counter() - start:.0f} s", flush=True)
+    items = [it for it in interleave(per_lib) if it is not None]
+    resumed = sum(1 for group in per_lib for it in group if it is None)
+    left = max(1.0, deadline_s - (time.perf_counter() - start))
+    step = max(1, len(items) * proto.rounds // 20)
+
+    def progress(done: int, total: int) -> None:
+        if done % step == 0:
+            print(f"{done}/{total} visits, {time.perf_counter() - start:.0f} s", flush=True)
+
+    counts = run_rounds(items, book, proto, left, max_call_s, progress)
+    counts["resumed"] += resumed
     return counts
+
+
+def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rounds``, ``--min-repeat-ms``, ... (shared with ``codl-tvm profile``)."""
+    d = Protocol()
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=d.rounds,
+        help=f"visits of every sample, interleaved (default {d.rounds})",
+    )
+    parser.add_argument(
+        "--min-repeat-ms",
+        type=float,
+        default=d.min_repeat_ms,
+        help=f"least duration of one timed repeat (default {d.min_repeat_ms})",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=d.repeats,
+        help=f"timed repeats per visit (default {d.repeats})",
+    )
+    parser.add_argument("--max-sample-ms", type=float, default=d.max_sample_ms,
+                        help="cap of one visit's timed repeats; slower kernels get fewer "
+                        f"(default {d.max_sample_ms})")  # fmt: skip
+
+
+def protocol_from_args(args: argparse.Namespace) -> Protocol:
+    return Protocol(rounds=max(1, args.rounds), min_repeat_ms=args.min_repeat_ms,
+                    repeats=max(1, args.repeats), max_sample_ms=args.max_sample_ms)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("bundle", help="bundle folder with manifest.json")
-    parser.add_argument("-o", "--output", required=True, help="samples CSV to append to")
+    parser.add_argument("-o", "--output", required=True, help="samples CSV to add rows to")
     parser.add_argument("--deadline-s", type=float, default=420.0)
     parser.add_argument("--max-call-s", type=float, default=3.0)
+    add_protocol_arguments(parser)
     args = parser.parse_args(argv)
-    counts = run_bundle(args.bundle, args.output, args.deadline_s, args.max_call_s)
+    proto = protocol_from_args(args)
+    counts = run_bundle(args.bundle, args.output, args.deadline_s, args.max_call_s, proto)
     print(json.dumps(counts))
     return 0
 

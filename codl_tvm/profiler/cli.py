@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from codl_tvm.profiler.bundle_runner import add_protocol_arguments, protocol_from_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``codl-tvm profile``."""
@@ -26,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     way.add_argument("--bundle", metavar="DIR", help="measure a bundle built by `profile-bundle`")
     parser.add_argument("--rpc-key", help="device key for --rpc-tracker")
     parser.add_argument("--deadline-s", type=float, default=420.0, help="bundle runs stop here")
+    add_protocol_arguments(parser)
     parser.add_argument("-o", "--output", required=True, help="samples CSV (appended, resumable)")
 
 
@@ -33,11 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if args.bundle:
         from codl_tvm.profiler.bundle_runner import run_bundle
 
-        counts = run_bundle(args.bundle, args.output, args.deadline_s)
+        counts = run_bundle(args.bundle, args.output, args.deadline_s,
+                            proto=protocol_from_args(args))  # fmt: skip
     else:
         from codl_tvm.profiler import profile
 
-        opts = {"max_flops": args.max_flops, "seed": args.seed}
+        opts = {"max_flops": args.max_flops, "seed": args.seed, "proto": protocol_from_args(args)}
         counts = profile(
             args.pair, args.output, quick=args.quick, workloads=args.workload, rpc=args.rpc,
             tracker=args.rpc_tracker, key=args.rpc_key, arch=args.arch, **opts,
@@ -77,7 +81,18 @@ def run_bundle_build(args: argparse.Namespace) -> int:
     man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
     n = sum(len(lib["entries"]) for lib in man["libs"])
     print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],
-                      "left_out": man["left_out"], "output": args.output}))  # fmt: skip
+                      "left_out": man["left_out"], "left_out_by": man["left_out_by"],
+                      "output": args.output}))  # fmt: skip
+    return 0
+
+
+def run_noise(args: argparse.Namespace) -> int:
+    """Print how often repeated measurements of one sample agree within +-10%."""
+    from codl_tvm.profiler.noise import format_noise, noise_rows
+    from codl_tvm.profiler.schema import read_samples
+
+    rows = noise_rows(read_samples(args.samples))
+    print(json.dumps(rows, indent=1) if args.json else format_noise(rows))
     return 0
 
 
@@ -86,5 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     add_arguments(sub.add_parser("profile", help="measure kernels into a samples CSV"))
     add_bundle_arguments(sub.add_parser("bundle", help="compile an offline profiling bundle"))
+    noise = sub.add_parser("noise", help="agreement of repeated measurements (+-10%)")
+    noise.add_argument("samples")
+    noise.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    return run(args) if args.cmd == "profile" else run_bundle_build(args)
+    runs = {"profile": run, "bundle": run_bundle_build, "noise": run_noise}
+    return runs[args.cmd](args)

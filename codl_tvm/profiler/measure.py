@@ -18,7 +18,8 @@ from codl_tvm.profiler.kernels import (
     build_transfer_module,
     compile_module,
 )
-from codl_tvm.profiler.schema import SampleWriter, read_samples
+from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
+from codl_tvm.profiler.schema import COLUMNS, read_samples, row_key
 from codl_tvm.profiler.space import Job
 
 Batch = tuple[str | None, list[Job]]  # (role, jobs); role None: the 2-vdevice transfer module
@@ -104,18 +105,25 @@ def measure(
     session: Session | None = None,
     batch_size: int = 24,
     progress: bool = True,
+    proto: Protocol | None = None,
 ) -> dict[str, int]:
-    """Measure ``jobs`` not yet in ``output`` and append their rows; returns counts."""
+    """Measure ``jobs`` not yet final in ``output`` with the rounds protocol; returns counts.
+
+    Every module is compiled (and loaded) first; then the kernels are visited in rounds,
+    round-robin over GPU, CPU and copy modules (:func:`codl_tvm.profiler.rounds.run_rounds`).
+    """
     from tvm import relax
 
+    proto = proto or Protocol()
     session = session or Session()
     if Path(output).exists() and Path(output).stat().st_size > 0:
         read_samples(output, pair=pair.name)  # refuse to mix pairs in one file
-    writer = SampleWriter(output)
-    todo = [j for j in jobs if j.key(pair.name) not in writer.done]
-    counts = {"measured": 0, "resumed": len(jobs) - len(todo)}
-    bar = tqdm(total=len(todo), desc=f"profile {pair.name}", disable=not progress, unit="kernel")
-    for n, (role, batch) in enumerate(plan_batches(todo, batch_size)):
+    book = RoundBook(output, COLUMNS, row_key)
+    todo = [j for j in jobs if not book.final(_job_key(j, pair))]
+    resumed = len(jobs) - len(todo)
+    groups: list[list[Item]] = []
+    batches = plan_batches(todo, batch_size)
+    for n, (role, batch) in enumerate(tqdm(batches, desc="compile", disable=not progress)):
         if role is None:
             mod, entries = build_transfer_module(batch, pair)
         else:
@@ -123,14 +131,34 @@ def measure(
         lib = session.load(compile_module(mod, pair, role), f"lib{n}")
         devs = [session.device(k, i) for k, i in lib_devices(pair, role)]
         vm = relax.VirtualMachine(lib, devs)
-        for entry in entries:
-            in_devs, timer = entry_placement(entry, role)
-            args = br.make_inputs([list(s) for s in entry.inputs], [devs[i] for i in in_devs])
-            med, spread, rep, _ = br.time_function(vm, entry.name, args, devs[timer])
-            row = entry_row(entry, pair)
-            row.update(latency_us=round(med, 3), spread_us=round(spread, 3), repeat=rep)
-            writer.write([row])
-            counts["measured"] += 1
-            bar.update(1)
+        groups.append([Item(entry_row(e, pair), _visit(vm, e, role, devs, proto), f"lib{n}",
+                            e.job.flops) for e in entries])  # fmt: skip
+    items = interleave(_by_role(groups, batches))
+    bar = tqdm(total=len(items) * proto.rounds, desc=f"profile {pair.name}",
+               disable=not progress, unit="visit")  # fmt: skip
+    counts = run_rounds(items, book, proto, deadline_s=float("inf"),
+                        progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
     bar.close()
-    return counts
+    return {"measured": counts["measured"], "resumed": resumed + counts["resumed"]}
+
+
+def _job_key(job: Job, pair: DevicePair) -> dict[str, Any]:
+    target = pair.gpu_spec if job.role == "gpu" else pair.cpu_spec
+    return job.row(pair.name, target)
+
+
+def _visit(vm: Any, entry: Entry, role: str | None, devs: list[Any], proto: Protocol):
+    def visit() -> tuple[list[float], float]:
+        in_devs, timer = entry_placement(entry, role)
+        args = br.make_inputs([list(s) for s in entry.inputs], [devs[i] for i in in_devs])
+        return br.time_function(vm, entry.name, args, devs[timer], proto)
+
+    return visit
+
+
+def _by_role(groups: list[list[Item]], batches: list[Batch]) -> list[list[Item]]:
+    """Per role (gpu, cpu, copy) the items of its modules in order, for round-robin."""
+    roles: dict[str, list[Item]] = {}
+    for items, (role, _) in zip(groups, batches, strict=True):
+        roles.setdefault(role or "copy", []).extend(items)
+    return list(roles.values())

@@ -24,10 +24,21 @@ bytes            bytes moved (sharing rows) or the sub-op's output bytes (comput
 algorithm        kernel family (e.g. ``llvm-naive``, ``dlight-fallback``, ``dlight-matmul``)
 block unit cores blocking of the kernel (outputs per block, 0 = even split over cores;
                  outputs per basic unit; cores/SMs), CoDL Eq. 3
-latency_us       median latency in microseconds
-spread_us        (max - min) / 2 over the repeats, microseconds
-repeat           repeats behind the median
+latency_us       the sample's latency in microseconds: median over its rounds of each
+                 round's lower-quartile repeat (files before the rounds protocol: the median
+                 of one visit's repeats)
+spread_us        (max - min) / 2 over all repeats, microseconds
+repeat           repeats behind it (all rounds)
 model            where the shape came from: a CNN of a workload file, ``random`` or ``sharing``
+===============  ==========================================================================
+
+Optional columns (added with the rounds protocol, :mod:`codl_tvm.profiler.rounds`; a file
+without them loads with the defaults in brackets):
+
+===============  ==========================================================================
+median_us        median of all repeats, microseconds [latency_us]
+rounds           interleaved visits the sample got [1]
+round_us         each visit's estimate, ``;``-separated microseconds [latency_us]
 ===============  ==========================================================================
 """
 
@@ -40,6 +51,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from codl_tvm.profiler.rounds import EXTRA_COLUMNS
+
 COLUMNS: tuple[str, ...] = (
     "pair", "role", "target", "op",
     "H", "W", "IC", "OC", "KH", "KW", "SH", "SW", "padding", "dilation", "groups",
@@ -50,14 +63,16 @@ COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 INT_COLUMNS = frozenset(
     "H W IC OC KH KW SH SW dilation groups sub_H sub_W sub_IC sub_OC sub_pad_top "
-    "sub_pad_bottom sub_out bytes block unit cores repeat".split()
+    "sub_pad_bottom sub_out bytes block unit cores repeat rounds".split()
 )
-FLOAT_COLUMNS = frozenset({"ratio", "latency_us", "spread_us"})
+FLOAT_COLUMNS = frozenset({"ratio", "latency_us", "spread_us", "median_us"})
 KEY_COLUMNS: tuple[str, ...] = (
     "pair", "role", "op", "H", "W", "IC", "OC", "KH", "KW", "SH", "SW",
     "padding", "dilation", "groups", "dim", "ratio", "bytes",
 )  # fmt: skip
 ROLES = ("gpu", "cpu")
+OPTIONAL_COLUMNS: tuple[str, ...] = EXTRA_COLUMNS
+ALL_COLUMNS: tuple[str, ...] = COLUMNS + OPTIONAL_COLUMNS
 
 
 class SampleError(ValueError):
@@ -119,12 +134,30 @@ def read_samples(path: str | Path, pair: str | None = None) -> list[dict[str, An
         rows = []
         for lineno, raw in enumerate(reader, start=2):
             row = {c: _parse(path, lineno, c, raw[c]) for c in COLUMNS}
+            row.update(_optional(path, lineno, raw, row))
             _check_row(path, lineno, row, pair)
             pair = pair or row["pair"]
             rows.append(row)
     if not rows:
         raise SampleError(f"{path}: no samples")
     return rows
+
+
+def _optional(path: Path, lineno: int, raw: dict[str, Any], row: dict) -> dict[str, Any]:
+    """The optional columns of a row, defaulted for files written before them."""
+    out: dict[str, Any] = {"median_us": row["latency_us"], "rounds": 1, "round_us": None}
+    for col in OPTIONAL_COLUMNS:
+        if raw.get(col) not in (None, ""):
+            out[col] = _parse(path, lineno, col, raw[col])
+    text = out["round_us"]
+    try:
+        out["round_us"] = [float(x) for x in text.split(";")] if text else [row["latency_us"]]
+    except ValueError:
+        msg = f"{path}:{lineno}: column 'round_us' is not ;-separated numbers: {text!r}"
+        raise SampleError(msg) from None
+    if any(math.isnan(x) or x <= 0 for x in out["round_us"]):
+        raise SampleError(f"{path}:{lineno}: column 'round_us' has non-positive or NaN values")
+    return out
 
 
 def _check_row(path: Path, lineno: int, row: dict[str, Any], pair: str | None) -> None:
@@ -149,20 +182,25 @@ class SampleWriter:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.done: set[tuple[str, ...]] = set()
+        self.columns: list[str] = list(ALL_COLUMNS)
         if self.path.exists() and self.path.stat().st_size > 0:
             for row in read_samples(self.path):
                 self.done.add(row_key(row))
+            with self.path.open(newline="") as fh:  # an older file keeps its header
+                self.columns = next(csv.reader(fh))
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("w", newline="") as fh:
-                csv.DictWriter(fh, COLUMNS).writeheader()
+                csv.DictWriter(fh, self.columns).writeheader()
 
     def write(self, rows: Iterable[dict[str, Any]]) -> int:
         rows = list(rows)
         with self.path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, COLUMNS)
+            writer = csv.DictWriter(fh, self.columns)
             for row in rows:
-                writer.writerow({c: row[c] for c in COLUMNS})
+                ru = row.get("round_us")
+                full = {**row, "round_us": ";".join(map(str, ru)) if isinstance(ru, list) else ru}
+                writer.writerow({c: full.get(c, "") for c in self.columns})
                 self.done.add(row_key(row))
         return len(rows)
 

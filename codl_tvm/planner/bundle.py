@@ -1,0 +1,166 @@
+"""Offline bench bundles: plans compiled here, timed anywhere that has only the TVM runtime.
+
+Build (full TVM, this machine)::
+
+    codl-tvm bench MODEL --pair x86-cuda --arch sm_90 --bundle DIR
+
+Run (the target; ``TVM_USE_RUNTIME_LIB=1`` works, only numpy and the TVM runtime are needed)::
+
+    python -m codl_tvm.planner.bundle DIR -o results.json [--rounds 15] [--jobs 8]
+
+``DIR/index.json`` holds, per model, every plan's prediction, memory estimate, content key
+and ``same_as`` (identical plans are compiled and timed once), plus the per-op
+(T_cpu, T_gpu) estimates for the ideal bound; ``DIR/MODEL/PLAN/`` is an exported artifact
+(without weights: the runner draws random weights of the right shapes). Building more models
+into one folder adds them to the index. The runner times each model's plans interleaved in one
+process and writes the same rows as ``codl-tvm bench --json``, keyed by model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .timing import calibrated_ideal_us, format_rows, interleaved, same_as, summarize
+
+INDEX = "index.json"
+
+
+def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], costs: Any,
+          oracle_costs: Any = None) -> dict[str, Any]:
+    """Plan ``mod`` with every strategy of ``names``, export each distinct plan under
+    ``out/model/``, and record the model in ``out/index.json``; returns its index entry."""
+    from .. import compile as codl_compile
+    from ..plan import write_json_atomic
+    from .bench import plan_all, plan_key
+    from .opgraph import build_graph
+    from .search import Evaluator
+
+    out = Path(out)
+    index_path = out / INDEX
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    mg = build_graph(mod)
+    entry: dict[str, Any] = {"pair": pair.name, "plans": {}}
+    src = oracle_costs or costs
+    if src is not None:
+        ev = Evaluator(src)
+        entry["per_op_us"] = [[ev.whole(n, "cpu"), ev.whole(n, "gpu")] for n in mg.nodes]
+        entry["per_op_source"] = src.label
+    reps: dict[str, str] = {}
+    for name, res in plan_all(mg, names, costs, oracle_costs).items():
+        key = plan_key(res.plan)
+        rep = reps.setdefault(key, name)
+        if rep == name:
+            codl_compile(mod, pair, res.plan).export(out / model / name, weights=False)
+        res.plan.save(out / model / f"{name}.plan.json")
+        entry["plans"][name] = {
+            "predicted_ms": res.predicted_us / 1e3, "key": key,
+            "cpu_mem_mb": res.memory["cpu_bytes"] / 2**20,
+            "gpu_mem_mb": res.memory["gpu_bytes"] / 2**20,
+        } | ({"same_as": rep} if rep != name else {})
+    index[model] = entry
+    write_json_atomic(index_path, index)
+    return entry
+
+
+def model_rows(root: Path, entry: dict[str, Any], rounds: int,
+               deadline_s: float | None = None) -> list[dict[str, Any]]:
+    """Time one model's distinct plans interleaved; rows for every plan name."""
+    from .. import runtime
+
+    plans = entry["plans"]
+    reps = {n: p.get("same_as", n) for n, p in plans.items()}
+    unique = [n for n in reps if reps[n] == n]
+    runners = [runtime.load(root / n) for n in unique]
+    inputs = [r.random_inputs(0) for r in runners]
+    timed = interleaved(runners, inputs, rounds=rounds, deadline_s=deadline_s)
+    names = list(reps)
+    times = [timed[unique.index(reps[n])] for n in names]
+    lat = {n: sorted(t)[len(t) // 2] * 1e6 for n, t in zip(names, times)}
+    ideal = None
+    if entry.get("per_op_us") and "cpu-only" in lat and "gpu-only" in lat:
+        ideal = calibrated_ideal_us(entry["per_op_us"], lat["cpu-only"], lat["gpu-only"])
+    pred = {n: plans[n]["predicted_ms"] * 1e3 for n in names}
+    extra = {n: {k: v for k, v in plans[n].items() if k.endswith("_mb")}
+             | same_as(reps).get(n, {}) for n in names}
+    return summarize(names, times, pred, ideal, extra)
+
+
+def run(root: str | Path, output: str | Path, rounds: int = 15, deadline_s: float = 1e9,
+        jobs: int = 1, models: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Time every model of the bundle at ``root``; rows are written to ``output`` after each
+    model (so a run cut short keeps what it measured)."""
+    root = Path(root)
+    if not (root / INDEX).is_file():
+        raise FileNotFoundError(f"{root}: not a bench bundle (no {INDEX})")
+    index = json.loads((root / INDEX).read_text())
+    os.environ.setdefault("CODL_CUDA_CACHE", str(Path.home() / ".cache" / "codl-tvm-nvcc"))
+    if jobs > 1:
+        _warm(root, index, jobs)
+    results: dict[str, list[dict[str, Any]]] = {}
+    start = time.perf_counter()
+    for model in models or list(index):
+        left = deadline_s - (time.perf_counter() - start)
+        if left < 5:
+            print(f"{model}: skipped, deadline reached", flush=True)
+            continue
+        rows = model_rows(root / model, index[model], rounds, deadline_s=left)
+        results[model] = rows
+        print(f"\n== {model}\n{format_rows(rows)}", flush=True)
+        _write_json(Path(output), results)
+    return results
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    """Atomic JSON write (``codl_tvm.plan.write_json_atomic`` needs TVM's compiler)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _warm(root: Path, index: dict[str, Any], jobs: int) -> None:
+    """Load every artifact once in ``jobs`` processes, so nvcc's results are on disk (CUDA
+    keeps kernels as source in exported libraries) before the timing process loads them."""
+    paths = [str(root / m / n) for m, e in index.items() for n, p in e["plans"].items()
+             if "same_as" not in p]
+    chunks = [paths[i::jobs] for i in range(jobs) if paths[i::jobs]]
+    procs = [subprocess.Popen([sys.executable, "-m", "codl_tvm.planner.bundle", "--warm", *c])
+             for c in chunks]
+    failed = [p.wait() for p in procs]
+    if any(failed):
+        raise RuntimeError("loading an artifact of the bundle failed (see the messages above)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m codl_tvm.planner.bundle",
+                                description="time an offline bench bundle (runtime-only)")
+    p.add_argument("bundle", nargs="?", help="folder written by codl-tvm bench --bundle")
+    p.add_argument("-o", "--output", default="bench-results.json")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--deadline-s", type=float, default=1e9)
+    p.add_argument("--jobs", type=int, default=1, help="processes warming the CUDA kernels")
+    p.add_argument("--models", help="comma-separated subset of the bundle's models")
+    p.add_argument("--warm", nargs="+", metavar="ARTIFACT", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.warm:
+        from .. import runtime
+
+        for path in args.warm:
+            runtime.load(path)
+        return 0
+    if not args.bundle:
+        p.error("the bundle folder is required")
+    run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
+        args.models.split(",") if args.models else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""How reproducible samples are: the +-10% ceiling no latency predictor can pass.
+
+For every row measured in >= 2 rounds (``rounds`` / ``round_us`` columns), each ordered pair of
+its rounds counts as "a perfect predictor's answer (one round) against a measurement (another
+round)"; ``agree10`` is the fraction of those pairs within +-10%. Files written before the
+rounds protocol have one visit per row: there the same sub-op measured in several rows (the same
+kernel reached from different full ops or splits) stands in for rounds (``source`` says which).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+SUB_OP = ("role", "op", "algorithm", "sub_H", "sub_W", "sub_IC", "sub_OC", "KH", "KW", "SH",
+          "SW", "sub_pad_top", "sub_pad_bottom", "dilation", "groups")  # fmt: skip
+
+
+def _sub_key(row: dict[str, Any]) -> tuple:
+    _, left, _, right = str(row["padding"]).split(":")
+    return (*(row[c] for c in SUB_OP), left, right)
+
+
+def repeated_measurements(rows: Sequence[dict[str, Any]]) -> tuple[str, list[tuple]]:
+    """(source, [(role, op, [latencies of one sample])]) for samples measured >= 2 times."""
+    rounds = [r for r in rows if len(r.get("round_us") or []) >= 2]
+    if rounds:
+        return "rounds", [(r["role"], r["op"], list(r["round_us"])) for r in rounds]
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        groups[_sub_key(r)].append(r["latency_us"])
+    return "duplicates", [(k[0], k[1], v) for k, v in groups.items() if len(v) >= 2]
+
+
+def _pairs10(vals: Sequence[float], tol: float) -> tuple[int, int]:
+    v = np.asarray(vals, dtype=float)
+    rel = np.abs(v[:, None] - v[None, :]) / v[None, :]
+    off = ~np.eye(len(v), dtype=bool)
+    return int(np.sum(rel[off] <= tol)), int(off.sum())
+
+
+def noise_rows(rows: Sequence[dict[str, Any]], tol: float = 0.1) -> list[dict[str, Any]]:
+    """Per (processor, op) and per processor (``all``): samples, pairs and ``agree10``."""
+    source, reps = repeated_measurements(rows)
+    acc: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    spread: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for role, op, vals in reps:
+        ok, n = _pairs10(vals, tol)
+        rel = (max(vals) - min(vals)) / float(np.median(vals))
+        for key in ((role, op), (role, "all")):
+            acc[key][0] += 1
+            acc[key][1] += ok
+            acc[key][2] += n
+            spread[key].append(rel)
+    return [
+        {"processor": role, "op": op, "source": source, "samples": s, "pairs": n,
+         "agree10": ok / n, "median_range": float(np.median(spread[(role, op)]))}
+        for (role, op), (s, ok, n) in sorted(acc.items())
+    ]  # fmt: skip
+
+
+def format_noise(rows: Sequence[dict[str, Any]]) -> str:
+    """Markdown table of :func:`noise_rows`."""
+    if not rows:
+        return "noise: no sample was measured twice (profile with --rounds 2 or more)"
+    lines = [
+        f"noise ceiling (source: {rows[0]['source']}): pairs of repeated measurements of one "
+        "sample within +-10%",
+        "",
+        "| processor | op | samples | pairs | agree10 | median (max-min)/median |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['processor']} | {r['op']} | {r['samples']} | {r['pairs']} | "
+            f"{r['agree10']:.1%} | {r['median_range']:.1%} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""The measurement protocol every profiling way shares: warm-up, timed repeats, rounds.
+
+Standard library + numpy + the TVM runtime only (``bundle_runner.py`` imports this file as a
+sibling module where only runtime-only TVM exists).
+
+One *sample* is measured in ``rounds`` separate visits; a visit warms the kernel up, then times
+``repeats`` repeats of ``number`` calls each lasting at least ``min_repeat_ms`` (fewer repeats
+where that would pass ``max_sample_ms``). Between two visits of a sample every other sample is
+visited once, in an order reshuffled each round, so a transient disturbance (another process,
+a clock change) hits different samples in different rounds instead of a run of neighbours.
+
+Per visit the estimate is the lower quartile of its repeats (interrupts only make a repeat
+slower, so the low end is the reproducible part); the sample's ``latency_us`` is the median of
+its visits' estimates. The row keeps ``median_us`` (median of all repeats), ``spread_us``,
+``repeat`` (all repeats), ``rounds`` and ``round_us`` (each visit's estimate, ``;``-joined).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# measured columns beyond the original schema; files without them still load (schema.py)
+EXTRA_COLUMNS: tuple[str, ...] = ("median_us", "rounds", "round_us")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How one sample is timed (defaults fit a full H100 bundle in ~7 minutes)."""
+
+    rounds: int = 3
+    min_repeat_ms: float = 10.0
+    repeats: int = 5
+    warmup_ms: float = 5.0
+    max_sample_ms: float = 120.0  # cap of one visit's timed part (slow kernels: fewer repeats)
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def time_function(
+    vm: Any, name: str, args: list[Any], dev: Any, proto: Protocol | None = None
+) -> tuple[list[float], float]:
+    """One visit of ``vm[name](*args)``: (per-call microseconds of each repeat, first call s).
+
+    Warm-up: the first call (loading, allocation), then more calls until ``warmup_ms`` has
+    passed (at most 20). The VM's stateful API (``set_input`` + ``invoke_stateful``) works both
+    here and over RPC.
+    """
+    proto = proto or Protocol()
+    vm.set_input(name, *args)
+    t0 = time.perf_counter()
+    vm.invoke_stateful(name)
+    dev.sync()
+    first_s = time.perf_counter() - t0
+    t0, calls = time.perf_counter(), 0
+    while calls < 20 and time.perf_counter() - t0 < proto.warmup_ms / 1e3:
+        vm.invoke_stateful(name)
+        dev.sync()
+        calls += 1
+    call_s = (time.perf_counter() - t0) / calls if calls else first_s
+    number = max(1, int(np.ceil(proto.min_repeat_ms / 1e3 / max(call_s, 1e-7))))
+    fits = int(proto.max_sample_ms / 1e3 / max(number * call_s, 1e-9))
+    repeat = max(1, min(proto.repeats, fits))
+    res = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)(name)
+    return [float(c) * 1e6 for c in res.results], first_s
+
+
+def visit_estimate(costs_us: Sequence[float]) -> float:
+    """One visit's estimate: the lower quartile of its repeats."""
+    return float(np.percentile(np.asarray(costs_us), 25))
+
+
+def summarize(visits: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The measured columns of a row from its visits' repeat costs (microseconds)."""
+    est = [visit_estimate(v) for v in visits]
+    pooled = np.concatenate([np.asarray(v, dtype=float) for v in visits])
+    return {
+        "latency_us": round(float(np.median(est)), 3),
+        "median_us": round(float(np.median(pooled)), 3),
+        "spread_us": round(float((pooled.max() - pooled.min()) / 2), 3),
+        "repeat": int(len(pooled)),
+        "rounds": len(est),
+        "round_us": ";".join(f"{e:.3f}" for e in est),
+    }
+
+
+def interleave(groups: Sequence[Sequence[Any]]) -> list[Any]:
+    """Round-robin over groups: a0 b0 c0 a1 b1 c1 ... (each group keeps its order)."""
+    out: list[Any] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out += [g[i] for g in groups if i < len(g)]
+    return out
+
+
+class RoundBook:
+    """The samples CSV plus a journal of visits (``OUT.rounds.jsonl``) while rounds run.
+
+    Rows already in the CSV and not in the journal are final and skipped. Every visit is
+    appended to the journal at once (an interrupted run resumes where it stopped); ``flush``
+    rewrites the CSV (atomically) with the journal's rows summarised, ``close`` also drops
+    the journal.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str], key: Callable) -> None:
+        self.path = Path(path)
+        self.journal = self.path.with_name(self.path.name + ".rounds.jsonl")
+        self.columns = list(columns) + [c for c in EXTRA_COLUMNS if c not in columns]
+        self.key = key
+        self.base: dict[tuple, dict[str, Any]] = {}
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.path.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    self.base[key(row)] = row
+        self.visits: dict[tuple, list[list[float]]] = {}
+        self.rows: dict[tuple, dict[str, Any]] = {}
+        if self.journal.exists():
+            for line in self.journal.read_text().splitlines():
+                if line.strip():
+                    doc = json.loads(line)
+                    self._add(doc["row"], doc["costs"])
+
+    def final(self, row: dict[str, Any]) -> bool:
+        k = self.key(row)
+        return k in self.base and k not in self.visits
+
+    def n_visits(self, row: dict[str, Any]) -> int:
+        return len(self.visits.get(self.key(row), []))
+
+    def add(self, row: dict[str, Any], costs_us: Sequence[float]) -> None:
+        with self.journal.open("a") as fh:
+            fh.write(json.dumps({"row": row, "costs": list(costs_us)}) + "\n")
+        self._add(row, list(costs_us))
+
+    def _add(self, row: dict[str, Any], costs: list[float]) -> None:
+        k = self.key(row)
+        self.visits.setdefault(k, []).append(costs)
+        self.rows[k] = row
+
+    def flush(self) -> None:
+        out = dict(self.base)
+        for k, visits in self.visits.items():
+            out[k] = {**self.rows[k], **summarize(visits)}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, self.columns, extrasaction="ignore")
+            writer.writeheader()
+            for row in out.values():
+                writer.writerow({c: _old_default(row, c) for c in self.columns})
+        os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        self.flush()
+        self.journal.unlink(missing_ok=True)
+
+
+def _old_default(row: dict[str, Any], col: str) -> Any:
+    """Rows of files written before the rounds protocol: one visit, median = latency."""
+    val = row.get(col)
+    if val not in (None, ""):
+        return val
+    return {"median_us": row.get("latency_us"), "rounds": 1,
+            "round_us": row.get("latency_us")}.get(col, val)  # fmt: skip
+
+
+@dataclass
+class Item:
+    """One sample to measure: its row template, a visit function and its budget group."""
+
+    row: dict[str, Any]
+    visit: Callable[[], tuple[list[float], float]]
+    group: str = ""  # items of a group after one slower than max_call_s are dropped
+    flops: float = 0.0
+
+
+def run_rounds(
+    items: Sequence[Item],
+    book: RoundBook,
+    proto: Protocol,
+    deadline_s: float = 420.0,
+    max_call_s: float = 3.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int]:
+    """Visit every item ``proto.rounds`` times, round by round, until the deadline.
+
+    Round 1 goes in the given (interleaved) order, later rounds in a seeded shuffle. A group's
+    items at least as costly as one whose first call took more than ``max_call_s`` are
+    measured in no later round and, if not yet visited, skipped. Returns counts.
+    """
+    start = time.perf_counter()
+    todo = [it for it in items if not book.final(it.row)]
+    counts = {"measured": 0, "resumed": len(items) - len(todo), "skipped": 0, "visits": 0}
+    slow: dict[str, float] = {}
+    rng = np.random.default_rng(proto.seed)
+    for rnd in range(proto.rounds):
+        order = list(todo) if rnd == 0 else [todo[i] for i in rng.permutation(len(todo))]
+        for it in order:
+            if book.n_visits(it.row) > rnd or it.flops >= slow.get(it.group, np.inf):
+                continue
+            if time.perf_counter() - start > deadline_s:
+                break
+            costs, first_s = it.visit()
+            book.add(it.row, costs)
+            counts["visits"] += 1
+            if first_s > max_call_s:
+                slow[it.group] = min(slow.get(it.group, np.inf), it.flops)
+            if progress:
+                progress(counts["visits"], len(todo) * proto.rounds)
+        book.flush()
+    measured = [it for it in todo if book.n_visits(it.row) > 0]
+    counts["measured"] = len(measured)
+    counts["skipped"] = len(todo) - len(measured)
+    book.close()
+    return counts
