@@ -30,12 +30,15 @@ def _same_pad(size: int, k: int, s: int, d: int) -> tuple[int, int]:
 def _conv(row: dict) -> tuple[dict, int]:
     ih, iw, ic, oc = (int(row[k]) for k in ("IH", "IW", "IC", "OC"))
     kh, kw, sh, sw = (int(row[k]) for k in ("KH", "KW", "SH", "SW"))
-    dh, dw = int(row.get("DH", 1) or 1), int(row.get("DW", 1) or 1)
+    # "0" in the CSV means no dilation, as in the profiler's reading (profiler/space.py)
+    dh, dw = int(row.get("DH") or 1) or 1, int(row.get("DW") or 1) or 1
     pad_type = int(row.get("PT", row.get("PAT", 0)) or 0)
     top, bottom = _same_pad(ih, kh, sh, dh) if pad_type == 1 else (0, 0)
     left, right = _same_pad(iw, kw, sw, dw) if pad_type == 1 else (0, 0)
-    top, bottom = top + int(row["PH"]), bottom + int(row["PH"])
-    left, right = left + int(row["PW"]), right + int(row["PW"])
+    # PH / PW are an axis's total explicit padding (MACE convention), split evenly
+    ph, pw = int(row["PH"]), int(row["PW"])
+    top, bottom = top + ph // 2, bottom + ph - ph // 2
+    left, right = left + pw // 2, right + pw - pw // 2
     p = dict(x=(1, ic, ih, iw), w=(oc, ic, kh, kw), strides=(sh, sw), dilation=(dh, dw),
              padding=(top, left, bottom, right))
     oh = (ih + top + bottom - dh * (kh - 1) - 1) // sh + 1

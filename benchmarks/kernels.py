@@ -10,6 +10,11 @@ pair twice (default: LegalizeOps + plain loops on the CPU / DLight Fallback on t
 ours: ApplySchedules) and exports them as one library per (processor, path), plus the FMA
 peak microkernel and a manifest. The default CPU path is single-threaded naive loops, so it
 is built only for shapes up to ``--default-cpu-gflop`` (the table says which were run).
+
+``build --gpu-conv-variants dlight,tiled-64`` also builds the GPU convs with each named tile
+table of ``codl_tvm/schedules/gpu_conv.py`` (``dlight`` = the DLight implicit GEMM) as
+libraries ``gpu_var-<name>``; ``run`` then times them too, checks their outputs against
+the default GPU kernel and prints one median line per variant.
 """
 
 from __future__ import annotations
@@ -51,14 +56,15 @@ def _build_lib(funcs: dict, target, path: Path) -> None:
     tvm.compile(mod, target=target).export_library(str(path))
 
 
-def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None) -> None:
+def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None,
+          variants: list[str]) -> None:
     import tvm
     from kernel_shapes import make_func
     from tqdm import tqdm
     from tvm.s_tir import dlight as dl
 
     from benchmarks.peak.peak_cpu import peak_args_shapes, peak_flops, peak_func
-    from codl_tvm.schedules import blocking_of
+    from codl_tvm.schedules import blocking_of, gpu_conv
     from codl_tvm.schedules import testing as T
 
     cfg = dict(PAIRS[pair])
@@ -70,6 +76,8 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None) -> N
     specs = [s for s in load_specs() if only is None or s.op == only]
     out.mkdir(parents=True, exist_ok=True)
     libs: dict[str, dict] = {f"{p}_{v}": {} for p in targets for v in ("default", "ours")}
+    variants = variants if "gpu" in targets else []
+    libs.update({f"gpu_var-{v}": {} for v in variants})
     manifest = {"pair": pair, "targets": cfg, "kernels": [], "libs": {}}
     for spec in tqdm(specs, desc="schedule"):
         func = make_func(spec)
@@ -86,6 +94,12 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None) -> N
                     tvm.IRModule({"main": T.with_target(func, target)}))["main"]
                 libs["gpu_default"][spec.name] = default
                 entry["runs"]["gpu_default"] = True
+                for v in variants if spec.op == "conv2d" else []:
+                    with gpu_conv.use_variant(v):
+                        var = T.schedule(func, target)
+                    libs[f"gpu_var-{v}"][spec.name] = var
+                    entry["blocking"][f"gpu_var-{v}"] = json.loads(blocking_of(var).to_json())
+                    entry["runs"][f"gpu_var-{v}"] = True
             elif spec.flops <= default_cpu_gflop * 1e9 or spec.op != "conv2d":
                 libs["cpu_default"][spec.name] = func
                 entry["runs"]["cpu_default"] = True
@@ -97,8 +111,64 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None) -> N
             manifest["libs"][name] = f"{name}.so"
     _build_lib({"fma_peak": peak_func(cpu)}, cpu, out / "peak_cpu.so")
     manifest["peak_cpu"] = {"flops": peak_flops(cpu), "args": peak_args_shapes(cpu)}
+    manifest["gpu_conv_variants"] = variants
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"wrote {len(specs)} kernels x {len(manifest['libs'])} libraries to {out}")
+
+
+def _check_variants(d: Path, manifest: dict) -> dict[str, float]:
+    """Max relative error of each variant's GPU conv outputs against the default GPU kernel."""
+    import numpy as np
+    import tvm
+
+    variants = [f"gpu_var-{v}" for v in manifest["gpu_conv_variants"]]
+    names = ["gpu_default", "gpu_ours", *variants]
+    libs = {n: tvm.runtime.load_module(str(d / manifest["libs"][n])) for n in names}
+    dev, rng, worst = tvm.cuda(0), np.random.default_rng(1), {n: 0.0 for n in names[1:]}
+    for k in manifest["kernels"]:
+        if k["op"] != "conv2d":
+            continue
+        args = [tvm.runtime.tensor(rng.uniform(-1, 1, s).astype("float32"), dev)
+                for s in k["args"]]
+        outs = {}
+        for n in names:
+            libs[n][k["name"]](*args)
+            outs[n] = args[-1].numpy().copy()
+        ref = outs["gpu_default"]
+        for n in names[1:]:
+            err = float(np.abs(outs[n] - ref).max() / max(np.abs(ref).max(), 1e-30))
+            worst[n] = max(worst[n], err)
+            if err > 1e-4:
+                print(f"MISMATCH {k['name']} {n}: rel. error {err:.2e}")
+    return worst
+
+
+def variant_report(d: Path, json_out: Path) -> None:
+    """Median % of GPU peak per conv variant (one H100 run compares the tile tables)."""
+    import statistics
+
+    manifest = json.loads((d / "manifest.json").read_text())
+    variants = manifest.get("gpu_conv_variants") or []
+    if not variants:
+        return
+    worst = _check_variants(d, manifest)
+    data = json.loads(json_out.read_text())
+    convs = [r for r in data["kernels"] if r["op"] == "conv2d"]
+    report = {}
+    for lib in ["gpu_default", "gpu_ours", *(f"gpu_var-{v}" for v in variants)]:
+        pct = [r[f"{lib}_pct_peak"] for r in convs if f"{lib}_pct_peak" in r]
+        if pct:
+            report[lib] = {"median_pct_peak": statistics.median(pct), "min": min(pct),
+                           "max": max(pct), "max_rel_err": worst.get(lib)}
+    best = {r["name"]: max((lib for lib in report if f"{lib}_pct_peak" in r),
+                           key=lambda lib, r=r: r[f"{lib}_pct_peak"]) for r in convs}
+    data["gpu_conv_variants"] = {"summary": report, "best_per_kernel": best}
+    json_out.write_text(json.dumps(data, indent=1))
+    print("\nGPU conv2d variants (% of measured FP32 peak over shapes):")
+    for lib, e in report.items():
+        err = "-" if e["max_rel_err"] is None else f"{e['max_rel_err']:.1e}"
+        print(f"  {lib:<24} median {e['median_pct_peak']:5.1f}%  min {e['min']:5.1f}%  "
+              f"max {e['max']:5.1f}%  max rel. err {err}")
 
 
 if __name__ == "__main__":
@@ -110,6 +180,8 @@ if __name__ == "__main__":
     b.add_argument("--default-cpu-gflop", type=float, default=0.25,
                    help="build the naive default CPU conv only up to this many GFLOP")
     b.add_argument("--only", choices=["conv2d", "pool2d", "dense"])
+    b.add_argument("--gpu-conv-variants", default="",
+                   help="comma-separated gpu_conv tile tables (or dlight) to build side by side")
     r = sub.add_parser("run", help="time exported kernels with the TVM runtime only")
     r.add_argument("dir", type=Path)
     r.add_argument("--json", type=Path, required=True)
@@ -117,8 +189,10 @@ if __name__ == "__main__":
     r.add_argument("--gpu-peak-json", type=Path, help="output of peak/peak_gpu.cu, if run")
     args = parser.parse_args()
     if args.cmd == "build":
-        build(args.pair, args.out, args.default_cpu_gflop, args.only)
+        variants = [v for v in args.gpu_conv_variants.split(",") if v]
+        build(args.pair, args.out, args.default_cpu_gflop, args.only, variants)
     else:
         from kernel_run import run
 
         run(args.dir, args.json, args.min_repeat_ms, args.gpu_peak_json)
+        variant_report(args.dir, args.json)

@@ -202,7 +202,9 @@ def _android_opencl(arch: str | None = None, num_cores: int | None = None) -> De
 
 def _android_adreno(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
     cpu = dict(_AARCH64_ANDROID, **({"num-cores": num_cores} if num_cores else {}))
-    return DevicePair("android-adreno", cpu, {"kind": "opencl", "device": "adreno"})
+    # TVM's qcom/adreno-opencl-texture tag: the "texture" key turns on the texture path
+    gpu = {"kind": "opencl", "device": "adreno", "keys": ["adreno", "opencl", "gpu", "texture"]}
+    return DevicePair("android-adreno", cpu, gpu)
 
 
 def _auto(arch: str | None = None, num_cores: int | None = None) -> DevicePair:

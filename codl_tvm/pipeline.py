@@ -12,6 +12,7 @@ from tvm.relax import transform as rt
 
 from .device import DevicePair
 from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
+from .passes import adreno_texture as tex
 from .plan import Plan
 
 
@@ -60,9 +61,59 @@ def lower_passes() -> list[tvm.transform.Pass]:
     ]
 
 
-def phases(pair: DevicePair, plan: Plan) -> list[tuple[str, list[tvm.transform.Pass]]]:
-    """The pipeline as named phases, in order."""
-    return [
+def _legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    # NCHW4c/OIHW4o convs (from UseAdrenoTexture) get Adreno's TOPI kernel, the rest TVM's
+    if call.attrs.data_layout == "NCHW4c" and call.attrs.kernel_layout == "OIHW4o":
+        from tvm.relax.transform.legalize_ops.adreno import conv2d_NCHWc_OIHWo
+
+        return conv2d_NCHWc_OIHWo(bb, call)
+    return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+
+
+def texture_phases(
+    base: list[tuple[str, list[tvm.transform.Pass]]], force: bool
+) -> list[tuple[str, list[tvm.transform.Pass]]]:
+    """``base`` with Adreno's texture path for the GPU's calls (see ``passes/adreno_texture``).
+
+    TVM's Adreno pipeline (``relax.backend.adreno``) assumes one target; its pieces are used
+    where they work on a two-device module: the NCHW4c conv legalization, the DLight Adreno
+    rules (they skip non-Adreno kernels) and TIR's ``TextureFlatten``. That one runs here,
+    after scheduling, rather than in the TIR pipeline: ``tvm.compile`` builds all kernels with
+    one TIR pipeline, and 0.27's ``adreno`` TIR pipeline returns a bare pass where
+    ``tirx.build`` unpacks three (it cannot be selected). ``TextureFlatten`` only touches
+    texture-scoped buffers, so the CPU kernels are unchanged.
+    """
+    from tvm.s_tir import dlight as dl
+    from tvm.s_tir.backend.adreno.transform import TextureFlatten
+
+    extra = {"partition": [tex.UseAdrenoTexture(force=force)]}
+    out = []
+    for name, passes in base:
+        if name == "legalize":
+            passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d}), BindKernelTargets()]
+        elif name == "schedule":
+            # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
+            adreno = dl.ApplyDefaultSchedule(
+                dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D())
+            passes = [tex.AnnotateTextureScope(), adreno, tex.CheckTextureWriters(), *passes]
+        elif name == "lower":
+            at = next(i for i, p in enumerate(passes) if p.info.name == "CallTIRRewrite") + 1
+            passes = [*passes[:at], tex.FoldTextureDeviceIndex(), *passes[at:],
+                      TextureFlatten(), tex.TypeTextureStores]
+        out.append((name, [*passes, *extra.get(name, [])]))
+    return out
+
+
+def phases(
+    pair: DevicePair, plan: Plan, *, texture: bool | None = None
+) -> list[tuple[str, list[tvm.transform.Pass]]]:
+    """The pipeline as named phases, in order.
+
+    ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
+    ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
+    pair forces the NCHW4c layout rewrite on the GPU role alone (tests check its numbers).
+    """
+    base = [
         ("prepare", prepare_passes()),
         ("partition", [CoExecutionPartition(plan, pair), rt.RealizeVDevice()]),
         ("legalize", [rt.LegalizeOps(), BindKernelTargets()]),
@@ -70,13 +121,20 @@ def phases(pair: DevicePair, plan: Plan) -> list[tuple[str, list[tvm.transform.P
         ("schedule", [schedule_pass()]),
         ("lower", lower_passes()),
     ]
+    on_target = tex.is_texture_target(pair.gpu_target)
+    if not (on_target if texture is None else texture):
+        return base
+    return texture_phases(base, force=not on_target)
 
 
-def codl_pipeline(pair: DevicePair, plan: Plan | None = None, *, until: str | None = None):
+def codl_pipeline(
+    pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
+    texture: bool | None = None,
+):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs.
+    when the pipeline runs. ``texture``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -85,7 +143,7 @@ def codl_pipeline(pair: DevicePair, plan: Plan | None = None, *, until: str | No
             tvm.transform.Sequential(prepare_passes())(mod), "gpu"
         )
         seq: list[tvm.transform.Pass] = []
-        for name, passes in phases(pair, the_plan):
+        for name, passes in phases(pair, the_plan, texture=texture):
             seq.extend(passes)
             if name == until:
                 break

@@ -20,12 +20,12 @@ TARGETS = {
 }
 CASES = {
     "conv-one-row": (lambda: T.conv2d_func((1, 5, 1, 7), (19, 5, 3, 3), padding=1),
-                     "gpu-conv2d-implicit-gemm"),
+                     "gpu-conv2d-tiled"),
     "conv-stride2-dil2-asym": (
         lambda: T.conv2d_func((1, 6, 9, 11), (13, 6, 3, 3), strides=2, dilation=2,
-                              padding=(1, 0, 0, 2)), "gpu-conv2d-implicit-gemm"),
+                              padding=(1, 0, 0, 2)), "gpu-conv2d-tiled"),
     "conv-fused": (lambda: T.conv2d_func((1, 5, 4, 7), (19, 5, 3, 3), bias_relu=True,
-                                         padding=(1, 1, 0, 1)), "gpu-conv2d-implicit-gemm"),
+                                         padding=(1, 1, 0, 1)), "gpu-conv2d-tiled"),
     "depthwise": (lambda: T.conv2d_func((1, 8, 9, 9), (8, 1, 3, 3), groups=8, strides=2,
                                         padding=1), "gpu-grouped-conv2d"),
     "avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(3, 3),

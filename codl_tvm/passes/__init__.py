@@ -1,7 +1,11 @@
 """Relax passes of codl-tvm, one pass per file."""
 
+from .adreno_texture import AnnotateTextureScope, UseAdrenoTexture
 from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
 from .lift_device_constants import LiftDeviceConstants
 
-__all__ = ["BindKernelTargets", "CoExecutionPartition", "LiftDeviceConstants"]
+__all__ = [
+    "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "LiftDeviceConstants",
+    "UseAdrenoTexture",
+]

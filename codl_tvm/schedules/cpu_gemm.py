@@ -1,0 +1,165 @@
+"""CPU 1x1 conv2d (stride 1, groups 1) as a packed GEMM with output pixels in SIMD lanes.
+
+NCHW makes a 1x1 conv the GEMM ``out[OC, P] = W[OC, IC] x X[IC, P]`` over the ``P = OH*OW``
+output pixels of the (padded) image, which are contiguous in both input and output. Unlike
+the direct NCHWc kernel (register tile = 14 columns of one row x 32 channels), the pixel
+tile runs across row ends, so narrow images (OW = 13, 26, 32) and one-row H-split parts waste
+no lanes, and the OC block ``mr`` is picked to divide OC (21 -> 7, 125 -> 5).
+
+Per call: the weight is packed to panels ``[OC/mr, IC, mr]`` (OC*IC copies, ~1/(2P) of the
+GEMM's work) and the input to ``[P/np, IC, np]`` (with the conv's zero padding and the pixel
+tail materialised, so the hot loop has no predicate); the accumulator ``mr x nv`` SIMD vectors
+stays in registers over the whole IC loop; (pixel tile, OC block) tasks run in parallel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import te, tirx
+from tvm.s_tir import Schedule
+
+from .analysis import Conv2DInfo, OpInfo
+from .blocking import Blocking
+from .cpu_conv import conv_tiles as direct_tiles
+from .cpu_conv import out_shape
+from .target_info import TargetInfo
+
+DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the GEMM wins
+MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
+
+
+def applies(c: Conv2DInfo) -> bool:
+    """The geometry this kernel computes: 1x1, stride 1, dilation irrelevant, groups 1."""
+    return (c.kh, c.kw, c.stride, c.groups) == (1, 1, (1, 1), 1)
+
+
+def wins(info: OpInfo, t: TargetInfo) -> bool:
+    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4, 2026-11-22).
+
+    GEMM where the direct NCHWc kernel's register tile fits the shape badly: OC not a
+    multiple of its channel block (21, 125), >= 10% of its ``x_tile`` columns wasted
+    (OW 32 -> 42), or a row narrower than one column tile (OW 13: the direct task is one
+    short row, the GEMM's pixel tile spans rows). Measured there: GEMM 1.1-2.6x faster (8
+    workload shapes, 1- and 3-row parts; one 1x32 part of 0.2 MFLOP at parity). Elsewhere
+    (OW 26/52/104, OC a multiple of 32) the two were 0.73-1.35x over repeated runs, with
+    512->256 at 26x26 and its row parts losing (0.73-0.93x), so direct stays there.
+    """
+    c = info.conv
+    if info.dtype != "float32" or c is None or not applies(c):
+        return False
+    ocb, xt = direct_tiles(c, t)
+    col_waste = math.ceil(c.ow / xt) * xt / c.ow
+    return c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt
+
+
+def gemm_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
+    """(mr, nv): OC rows and pixel SIMD vectors of the register tile.
+
+    ``nv`` is as large as the pixel count fills; ``mr`` is the largest block, within the
+    accumulator budget (registers minus ``nv`` loads and one broadcast), with the least
+    padding of OC.
+    """
+    pixels = c.n * c.oh * c.ow
+    nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
+    budget = max(1, (t.vector_regs - nv - 2) // nv)
+    candidates = range(min(budget, c.oc), 0, -1)
+    mr = min(candidates, key=lambda m: (math.ceil(c.oc / m) * m, -m))
+    return mr, nv
+
+
+def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
+    """Input value feeding output pixel ``q`` (row-major over OH x OW), 0 in the pad/tail."""
+    top, left = c.pad[0], c.pad[1]
+    y, xx = q // c.ow, q % c.ow
+    hi, wi = y - top, xx - left
+    conds = [q < c.oh * c.ow]  # the pixel tail of the last tile
+    if top or c.pad[2]:
+        conds += [hi >= 0, hi < c.h]
+    if left or c.pad[3]:
+        conds += [wi >= 0, wi < c.w]
+    return tirx.if_then_else(tirx.all(*conds), x[n, k, hi, wi], tirx.const(0.0, x.dtype))
+
+
+def gemm_compute(c: Conv2DInfo, t: TargetInfo):
+    """A ``build(x, w) -> out`` for :func:`rebuild.rebuild`."""
+    mr, nv = gemm_tiles(c, t)
+    np_ = nv * t.lanes
+    ocp = math.ceil(c.oc / mr)
+    pixels = c.oh * c.ow
+    pp = math.ceil(pixels / np_)
+
+    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+        wpk = te.compute(
+            (ocp, c.ic, mr),
+            lambda o, k, i: tirx.if_then_else(
+                o * mr + i < c.oc, w[o * mr + i, k, 0, 0], tirx.const(0.0, w.dtype)
+            ),
+            name="codl_wpack",
+        )
+        xpk = te.compute(
+            (c.n, pp, c.ic, np_),
+            lambda n, po, k, pi: _padded_pixel(c, x, n, k, po * np_ + pi),
+            name="codl_xpack",
+        )
+        rk = te.reduce_axis((0, c.ic), name="rk")
+        acc = te.compute(
+            (c.n, ocp, mr, pp * np_),
+            lambda n, o, i, q: te.sum(
+                wpk[o, rk, i] * xpk[n, q // np_, rk, q % np_], axis=[rk]
+            ),
+            name="codl_gemm",
+        )
+        return te.compute(
+            out_shape(c),
+            lambda n, f, y, xx: acc[n, f // mr, f % mr, y * c.ow + xx],
+            name="codl_unpack",
+        )
+
+    return build
+
+
+def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
+    """Register-tile, vectorise and parallelise the blocks of :func:`gemm_compute`."""
+    mr, nv = gemm_tiles(c, t)
+    np_ = nv * t.lanes
+    gemm = sch.get_sblock("codl_gemm")
+    n, o, i, q, k = sch.get_loops(gemm)
+    po, pv, pl = sch.split(q, [None, nv, t.lanes])
+    sch.reorder(n, po, o, k, i, pv, pl)
+    task = sch.fuse(n, po, o)
+    sch.parallel(task)
+    acc = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(acc, task)
+    sch.unroll(i)
+    sch.unroll(pv)
+    sch.vectorize(pl)
+    sch.decompose_reduction(gemm, k)
+    sch.vectorize(sch.get_loops(sch.get_sblock("codl_gemm_init"))[-1])
+    wb = sch.get_loops(acc)
+    sch.vectorize(sch.split(wb[-1], [None, t.lanes])[-1])
+    _pack_loops(sch, "codl_xpack", t.lanes)
+    _pack_loops(sch, "codl_wpack", 0)
+    _pack_loops(sch, "codl_unpack", t.lanes)
+    pp = math.ceil(c.oh * c.ow / np_)
+    tasks = c.n * pp * math.ceil(c.oc / mr)
+    return Blocking(
+        algorithm="gemm-1x1", processor="cpu", op="conv2d",
+        output_size=c.n * c.oc * c.oh * c.ow,
+        block_shape={"oc": mr, "pixels": np_}, basic_unit_shape={"oc": 1, "pixels": t.lanes},
+        num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
+        rule=rule,
+    )
+
+
+def _pack_loops(sch: Schedule, name: str, lanes: int) -> None:
+    """Outer loops of an injective block parallel; the innermost vectorised when ``lanes``."""
+    loops = sch.get_loops(sch.get_sblock(name))
+    inner = loops[-1]
+    if lanes:
+        extent = int(sch.get(inner).extent)
+        if extent % lanes == 0:
+            sch.vectorize(sch.split(inner, [None, lanes])[-1])
+    outer = loops[:-1]
+    if outer:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

@@ -1,0 +1,216 @@
+"""CPU 3x3 stride-1 conv2d by Winograd F(2x2, 3x3), output channels in SIMD lanes.
+
+Stages (all ``te``, one PrimFunc): pad the input to whole 4x4 tiles (the conv's padding,
+asymmetric or not, included), input transform ``V = B^T d B`` to ``[N, 16, IC, P]``, weight
+transform ``U = G g G^T`` to ``[OC/ocb, IC, 16, ocb]``, 16 batched GEMMs
+``M[e] = U[e] x V[e]`` with a ``pt x ocb`` register tile (``pt`` tiles broadcast, ``ocb`` =
+1-2 SIMD vectors of channels, as in the direct kernel), output transform ``Y = A^T M A``,
+and the unpack to NCHW (where a fused epilogue is inlined). F(2,3) needs 2.25x fewer
+multiplies than direct; F(4,3) would need 4x fewer but its float32 error exceeds 1e-5 on
+large IC, the project's tolerance.
+
+The weight transform runs per call because weights are function parameters after the
+``lift-cpu-weights`` phase; it costs ``16 * 9`` flops per (oc, ic) pair, i.e. about
+``4.5 / P`` of the GEMM for ``P`` tiles, which is why the dispatch predicate asks for
+enough tiles (see :func:`wins`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tvm import te, tirx
+from tvm.s_tir import Schedule
+
+from .analysis import Conv2DInfo, OpInfo
+from .blocking import Blocking
+from .cpu_conv import out_shape, padded_input
+from .target_info import TargetInfo
+
+BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
+G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
+AT = ((1, 1, 1, 0), (0, 1, -1, -1))
+M_TILE, R_TILE = 2, 4  # output / input tile edge
+
+
+def applies(c: Conv2DInfo) -> bool:
+    """3x3, stride 1, dilation 1, groups 1 (any padding)."""
+    return (c.kh, c.kw, c.stride, c.dilation, c.groups) == (3, 3, (1, 1), (1, 1), 1)
+
+
+def wins(info: OpInfo, _t: TargetInfo) -> bool:
+    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4, 2026-11-22).
+
+    Winograd beat the direct NCHWc kernel by 1.16-2.8x on every 3x3 s1 workload shape with
+    IC >= 64, OC >= 64 and IC*OC >= 64*128 (15 shapes, 13x13 to 128x160), and lost where the
+    channels are few (IC 3: 0.6-0.7x; 32->64: 0.87x; 64->64 at 256x256: 0.74x): there the
+    memory-bound transforms (~16 values per input and output pixel) outweigh the 2.25x fewer
+    multiplies. H-split parts (1, 3, 5, 7 output rows of 13-104 wide layers with
+    IC*OC >= 128*256) won 1.5-2.0x too, one-row parts included (half of each 2x2 tile is
+    wasted there, but the direct kernel's per-call weight packing costs as much).
+    """
+    c = info.conv
+    return (
+        info.dtype == "float32" and c is not None and applies(c)
+        and c.ic >= 64 and c.oc >= 64 and c.ic * c.oc >= 64 * 128
+    )
+
+
+def tiles(c: Conv2DInfo) -> tuple[int, int]:
+    """(tile rows, tile columns) of 2x2 output tiles covering OH x OW."""
+    return math.ceil(c.oh / M_TILE), math.ceil(c.ow / M_TILE)
+
+
+def wino_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
+    """(ocb, pt): channels per SIMD block and Winograd tiles per register tile."""
+    vecs = 2 if c.oc > t.lanes else 1
+    budget = (t.vector_regs - vecs - 2) // vecs
+    th, tw = tiles(c)
+    return t.lanes * vecs, max(1, min(budget, 14, th * tw))
+
+
+def _combine(mat_a, mat_b, a: int, b: int, load: Callable[[int, int], tirx.PrimExpr]):
+    """``sum_rs mat_a[a][r] * load(r, s) * mat_b[b][s]``, zero coefficients skipped."""
+    total = None
+    for r, ca in enumerate(mat_a[a]):
+        for s, cb in enumerate(mat_b[b]):
+            coef = ca * cb
+            if coef == 0:
+                continue
+            term = load(r, s)
+            if coef == -1:
+                total = -term if total is None else total - term
+                continue
+            if coef != 1:
+                term = term * tirx.const(float(coef), "float32")
+            total = term if total is None else total + term
+    return total
+
+
+def _select(index, exprs: list[tirx.PrimExpr]) -> tirx.PrimExpr:
+    """``exprs[index]`` as a Select chain; folds once the index loop is unrolled."""
+    out = exprs[-1]
+    for i in range(len(exprs) - 2, -1, -1):
+        out = tirx.Select(index == i, exprs[i], out)
+    return out
+
+
+def winograd_compute(c: Conv2DInfo, t: TargetInfo):
+    """A ``build(x, w) -> out`` for :func:`rebuild.rebuild`."""
+    ocb, pt = wino_tiles(c, t)
+    th, tw = tiles(c)
+    ntiles = th * tw
+    pp = math.ceil(ntiles / pt) * pt
+    ocp = math.ceil(c.oc / ocb)
+    zero = tirx.const(0.0, "float32")
+
+    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+        xp = padded_input(c, x, M_TILE * th + 2, M_TILE * tw + 2)
+
+        def v_body(n, e, k, p):
+            ty, tx = p // tw, p % tw
+
+            def load(r, s):
+                return xp[n, k, ty * M_TILE + r, tx * M_TILE + s]
+
+            exprs = [_combine(BT, BT, a, b, load) for a in range(4) for b in range(4)]
+            return tirx.if_then_else(p < ntiles, _select(e, exprs), zero)
+
+        v = te.compute((c.n, 16, c.ic, pp), v_body, name="codl_wino_v")
+
+        def u_body(o, k, e, i):
+            oc = o * ocb + i
+
+            def load(r, s):
+                return w[oc, k, r, s]
+
+            exprs = [_combine(G, G, a, b, load) for a in range(4) for b in range(4)]
+            return tirx.if_then_else(oc < c.oc, _select(e, exprs), zero)
+
+        u = te.compute((ocp, c.ic, 16, ocb), u_body, name="codl_wino_u")
+        rk = te.reduce_axis((0, c.ic), name="rk")
+        m = te.compute(
+            (c.n, 16, ocp, pp, ocb),
+            lambda n, e, o, p, i: te.sum(u[o, rk, e, i] * v[n, e, rk, p], axis=[rk]),
+            name="codl_wino_gemm",
+        )
+
+        def y_body(n, o, p, i, j, f):
+            def load(a, b):
+                return m[n, a * 4 + b, o, p, f]
+
+            exprs = [_combine(AT, AT, ii, jj, load) for ii in range(2) for jj in range(2)]
+            return _select(i * 2 + j, exprs)
+
+        y = te.compute((c.n, ocp, ntiles, M_TILE, M_TILE, ocb), y_body, name="codl_wino_y")
+        return te.compute(
+            out_shape(c),
+            lambda n, f, yy, xx: y[
+                n, f // ocb, (yy // M_TILE) * tw + xx // M_TILE, yy % M_TILE, xx % M_TILE,
+                f % ocb,
+            ],
+            name="codl_unpack",
+        )
+
+    return build
+
+
+def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
+    """Register-tile the batched GEMM; unroll the transforms; everything parallel."""
+    ocb, pt = wino_tiles(c, t)
+    gemm = sch.get_sblock("codl_wino_gemm")
+    n, e, o, p, i, k = sch.get_loops(gemm)
+    po, pi = sch.split(p, [None, pt])
+    iv, il = sch.split(i, [None, t.lanes])
+    sch.reorder(n, e, o, po, k, pi, iv, il)
+    task = sch.fuse(n, e, o, po)
+    sch.parallel(task)
+    acc = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(acc, task)
+    sch.unroll(pi)
+    sch.unroll(iv)
+    sch.vectorize(il)
+    sch.decompose_reduction(gemm, k)
+    sch.vectorize(sch.get_loops(sch.get_sblock("codl_wino_gemm_init"))[-1])
+    sch.vectorize(sch.get_loops(acc)[-1])
+    _transform(sch, "codl_wino_v", order=(0, 2, 3, 1), n_par=2, unroll=(1,), vec=None)
+    # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors
+    _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
+    _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)
+    _outer_parallel(sch, "codl_pad")
+    _outer_parallel(sch, "codl_unpack")
+    th, tw = tiles(c)
+    p_tiles = math.ceil(th * tw / pt)
+    tasks = c.n * 16 * math.ceil(c.oc / ocb) * p_tiles
+    return Blocking(
+        algorithm="winograd-2x2-3x3", processor="cpu", op="conv2d",
+        output_size=c.n * c.oc * c.oh * c.ow,
+        block_shape={"e": 1, "oc": ocb, "tiles": pt},
+        basic_unit_shape={"oc": t.lanes, "tiles": 1},
+        num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
+        rule=rule,
+    )
+
+
+def _transform(
+    sch: Schedule, name: str, order: tuple[int, ...], n_par: int, unroll: tuple[int, ...],
+    vec: int | None,
+) -> None:
+    """Reorder a transform block's loops, parallelise the first ``n_par`` of ``order``, unroll
+    the Select-index loops (so the Select chains fold to one expression each) and vectorise
+    ``vec``."""
+    loops = sch.get_loops(sch.get_sblock(name))
+    sch.reorder(*(loops[i] for i in order))
+    par = [loops[i] for i in order[:n_par]]
+    sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
+    for i in unroll:
+        sch.unroll(loops[i])
+    if vec is not None:
+        sch.vectorize(loops[vec])
+
+
+def _outer_parallel(sch: Schedule, name: str) -> None:
+    loops = sch.get_loops(sch.get_sblock(name))
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]))

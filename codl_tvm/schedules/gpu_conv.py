@@ -1,0 +1,408 @@
+"""GPU conv2d as a hand-scheduled implicit GEMM (cuda and opencl, one code path).
+
+The GEMM is ``out[f, p] = sum_k WT[k, f] * I2C[k, p]`` with ``f`` the output channel (M),
+``p = (n, y, x)`` the output pixel (N) and ``k = (ic, ry, rx)`` the reduction (K).
+``WT`` and ``I2C`` (the im2col matrix, padding and stride folded into its index
+expression) are never materialised in global memory: each thread block computes its
+``BK x BM`` and ``BK x BN`` tiles straight into shared memory, one coalesced element per
+thread per step, and every thread keeps a ``TM x TN`` register tile of outputs. Both tiles
+are zero-padded to whole ``BM``/``BN``/``BK`` multiples, so odd channel counts and pixel
+counts cost only a predicate on the output write.
+
+Shapes whose tiles fill the SMs less than :data:`MIN_WAVES` times (e.g. YOLO's 13x13
+layers: 169 pixels, K = 9216) split K over ``S`` blocks (``blockIdx.z``): pass 1 writes
+``S`` partial sums, pass 2 adds them and applies the fused epilogue. No atomics, so the
+result is deterministic.
+
+Tile configurations are data (:data:`VARIANTS`): a variant is a table of shape classes,
+first matching row wins. ``CODL_GPU_CONV`` (env) or :func:`use_variant` picks the variant;
+``"dlight"`` makes this rule decline so the DLight implicit GEMM runs instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from collections.abc import Iterator
+
+from tvm import te, tirx
+from tvm.s_tir import Schedule
+
+from .analysis import Conv2DInfo
+from .blocking import Blocking
+from .cpu_conv import out_shape
+from .rebuild import Unsupported, rebuild
+from .target_info import TargetInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """Thread-block tile ``(ty*tm) x (tx*tn) x bk``; ``tm x tn`` outputs per thread."""
+
+    ty: int  # threads along M (output channels)
+    tm: int  # register rows per thread
+    tx: int  # threads along N (output pixels)
+    tn: int  # register columns per thread
+    bk: int  # K step staged in shared memory per iteration
+
+    @property
+    def bm(self) -> int:
+        return self.ty * self.tm
+
+    @property
+    def bn(self) -> int:
+        return self.tx * self.tn
+
+    @property
+    def threads(self) -> int:
+        return self.ty * self.tx
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeClass:
+    """A row of a variant table: the first row whose bounds all hold picks ``tile``."""
+
+    name: str
+    tile: Tile
+    max_oc: int | None = None
+    max_pixels: int | None = None
+    min_oc: int | None = None
+    min_k: int | None = None  # reduction length IC*KH*KW
+    split_k: bool = True  # allow split-K when the grid is short of MIN_WAVES waves
+
+
+BIG = Tile(ty=16, tm=8, tx=16, tn=4, bk=8)  # 128 x 64, 32 accumulators per thread
+MID = Tile(ty=16, tm=4, tx=16, tn=4, bk=16)  # 64 x 64
+TINY_N = Tile(ty=16, tm=4, tx=8, tn=4, bk=16)  # 64 x 32: few pixels, many channels
+NARROW_OC = Tile(ty=8, tm=4, tx=32, tn=4, bk=8)  # 32 x 128
+THIN_OC = Tile(ty=2, tm=2, tx=64, tn=4, bk=8)  # 4 x 256: OC of 1-4 (RGB outputs)
+
+VARIANTS: dict[str, tuple[ShapeClass, ...]] = {
+    # Chosen from the H100 sweep of all variants over the 44 workload convs (KERNELS.md):
+    # the 128x64 tile with split-K wins wherever K > 1024 and OC >= 128 (up to 2.3x over
+    # 64x64 on YOLO's 13x13 layers); 64x64 wins for OC >= 256 with a short K.
+    "tiled": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("deep-k", BIG, min_oc=128, min_k=1025),
+        ShapeClass("wide-oc", MID, min_oc=256),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
+        ShapeClass("mid-n", MID, max_pixels=8192),
+        ShapeClass("big", BIG, min_oc=128),
+        ShapeClass("big-n", MID),
+    ),
+    "tiled-v1": (  # the first table, before the sweep
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
+        ShapeClass("mid-n", MID, max_pixels=8192),
+        ShapeClass("big", BIG, min_oc=128),
+        ShapeClass("big-n", MID),
+    ),
+    "tiled-64": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("any", MID),
+    ),
+    "tiled-128": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("any", BIG),
+    ),
+    "tiled-nosplitk": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4, split_k=False),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32, split_k=False),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024, split_k=False),
+        ShapeClass("mid-n", MID, max_pixels=8192, split_k=False),
+        ShapeClass("big", BIG, min_oc=128, split_k=False),
+        ShapeClass("big-n", MID, split_k=False),
+    ),
+}
+DEFAULT_VARIANT = "tiled"
+DECLINE = "dlight"  # variant name under which this rule steps aside for DLight's Matmul
+ENV = "CODL_GPU_CONV"
+
+# Streaming multiprocessors / compute units per target arch; split-K aims at MIN_WAVES waves.
+SMS = {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "opencl": 4}
+DEFAULT_SMS = 80
+MIN_WAVES = 2
+MAX_SPLIT = 16
+MIN_K_PER_SPLIT = 256  # below this a split's blocks spend more on loads than on FMAs
+
+_override: list[str] = []
+
+
+@contextlib.contextmanager
+def use_variant(name: str) -> Iterator[None]:
+    """Schedule with the tile table ``name`` (or ``"dlight"``) inside the ``with`` block."""
+    if name not in VARIANTS and name != DECLINE:
+        raise ValueError(f"unknown GPU conv variant {name!r}; known: {variant_names()}")
+    _override.append(name)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def variant_names() -> list[str]:
+    """Every selectable variant, ``"dlight"`` included."""
+    return [*VARIANTS, DECLINE]
+
+
+def current_variant() -> str:
+    name = _override[-1] if _override else os.environ.get(ENV, DEFAULT_VARIANT)
+    if name not in VARIANTS and name != DECLINE:
+        raise ValueError(f"{ENV}={name!r} is not a GPU conv variant; known: {variant_names()}")
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything the compute and the schedule need: tile, split and padded GEMM sizes."""
+
+    c: Conv2DInfo
+    tile: Tile
+    shape_class: str
+    split: int  # S: number of K partitions (1 = no split-K)
+    m: int  # OC
+    n: int  # output pixels (batch included)
+    k: int  # IC * KH * KW
+    k_split: int  # padded K per partition, a multiple of bk
+
+    @property
+    def m_tiles(self) -> int:
+        return math.ceil(self.m / self.tile.bm)
+
+    @property
+    def n_tiles(self) -> int:
+        return math.ceil(self.n / self.tile.bn)
+
+    @property
+    def mp(self) -> int:
+        return self.m_tiles * self.tile.bm
+
+    @property
+    def np_(self) -> int:
+        return self.n_tiles * self.tile.bn
+
+    @property
+    def kp(self) -> int:
+        return self.split * self.k_split
+
+
+def sm_count(target_arch: str, t: TargetInfo) -> int:
+    return SMS.get(target_arch, SMS.get(t.kind, DEFAULT_SMS))
+
+
+def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None = None) -> Plan:
+    """Pick the tile of the first matching shape class and the split-K factor."""
+    name = variant or current_variant()
+    if name == DECLINE:
+        raise Unsupported(f"{ENV}={DECLINE}: GPU conv left to DLight")
+    if c.groups != 1:
+        raise Unsupported("grouped conv")
+    m, n, k = c.oc, c.n * c.oh * c.ow, c.ic * c.kh * c.kw
+    row = next(r for r in VARIANTS[name] if _matches(r, m, n, k))
+    if row.tile.threads > t.max_threads:
+        raise Unsupported(f"tile needs {row.tile.threads} threads, target allows {t.max_threads}")
+    tiles = math.ceil(m / row.tile.bm) * math.ceil(n / row.tile.bn)
+    split = 1
+    if row.split_k:
+        want = math.ceil(MIN_WAVES * sm_count(arch, t) / tiles)
+        split = max(1, min(want, MAX_SPLIT, k // MIN_K_PER_SPLIT))
+    k_split = math.ceil(k / (split * row.tile.bk)) * row.tile.bk
+    split = math.ceil(k / k_split)  # drop partitions that would be all padding
+    return Plan(c, row.tile, row.name, split, m, n, k, k_split)
+
+
+def _matches(row: ShapeClass, m: int, n: int, k: int) -> bool:
+    return (
+        (row.max_oc is None or m <= row.max_oc)
+        and (row.min_k is None or k >= row.min_k)
+        and (row.min_oc is None or m >= row.min_oc)
+        and (row.max_pixels is None or n <= row.max_pixels)
+    )
+
+
+def conv_compute(plan: Plan):
+    """``build(x, w) -> out`` (int64 output shape) for :func:`rebuild.rebuild`; any target."""
+    c = plan.c
+    (sh, sw), (dh, dw) = c.stride, c.dilation
+    top, left = c.pad[0], c.pad[1]
+    khw, hw = c.kh * c.kw, c.oh * c.ow
+    zero = tirx.const(0.0, "float32")
+
+    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+        def wt_val(k, f):
+            ok = tirx.all(k < plan.k, f < plan.m)
+            return tirx.if_then_else(ok, w[f, k // khw, k % khw // c.kw, k % c.kw], zero)
+
+        def im_val(k, p):
+            ci, ry, rx = k // khw, k % khw // c.kw, k % c.kw
+            b, y, xx = p // hw, p % hw // c.ow, p % c.ow
+            hi, wi = y * sh + ry * dh - top, xx * sw + rx * dw - left
+            ok = tirx.all(k < plan.k, p < plan.n, hi >= 0, hi < c.h, wi >= 0, wi < c.w)
+            return tirx.if_then_else(ok, x[b, ci, hi, wi], zero)
+
+        wt = te.compute((plan.kp, plan.mp), wt_val, name="codl_wt")
+        im = te.compute((plan.kp, plan.np_), im_val, name="codl_im2col")
+        r = te.reduce_axis((0, plan.k_split), name="rk")
+        conv = te.compute(
+            (plan.split, plan.m, plan.n),
+            lambda s, f, p: te.sum(
+                wt[s * plan.k_split + r, f] * im[s * plan.k_split + r, p], axis=r
+            ),
+            name="codl_conv",
+        )
+
+        def pix(b, y, xx):
+            return b * hw + y * c.ow + xx
+
+        if plan.split == 1:
+            return te.compute(
+                out_shape(c), lambda b, f, y, xx: conv[0, f, pix(b, y, xx)], name="codl_unpack"
+            )
+        rs = te.reduce_axis((0, plan.split), name="rs")
+        return te.compute(
+            out_shape(c),
+            lambda b, f, y, xx: te.sum(conv[rs, f, pix(b, y, xx)], axis=rs),
+            name="codl_splitk_sum",
+        )
+
+    return build
+
+
+def _bind(sch: Schedule, loop, tag: str, threads: bool) -> None:
+    # threads=False keeps the loops serial: the same schedule then builds for llvm, which is
+    # how the tests check its numerics on a machine without a GPU.
+    if threads:
+        sch.bind(loop, tag)
+
+
+def _cooperative(
+    sch: Schedule, block_name: str, tile: Tile, threads: bool, k_inner: bool
+) -> None:
+    """Threads of the block load a shared tile together, consecutive threads on the axis
+    contiguous in global memory (K for the OIHW weight, pixels for the input) so the global
+    reads coalesce."""
+    block = sch.get_sblock(block_name)
+    k, mn = sch.get_loops(block)[-2:]
+    if k_inner:
+        sch.reorder(mn, k)
+    fused = sch.fuse(*((mn, k) if k_inner else (k, mn)))
+    _, ty, tx = sch.split(fused, [None, tile.ty, tile.tx])
+    _bind(sch, ty, "threadIdx.y", threads)
+    _bind(sch, tx, "threadIdx.x", threads)
+
+
+def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True) -> None:
+    """Block tile, shared staging, register tile and K unroll on :func:`conv_compute`'s
+    blocks (epilogue blocks, if any, are inlined by the caller afterwards)."""
+    tile = plan.tile
+    conv = sch.get_sblock("codl_conv")
+    s, f, p, r = sch.get_loops(conv)
+    fo, fy, fi = sch.split(f, [None, tile.ty, tile.tm])
+    po, px, pi = sch.split(p, [None, tile.tx, tile.tn])
+    ko, ki = sch.split(r, [None, tile.bk])
+    sch.reorder(s, fo, po, fy, px, ko, ki, fi, pi)
+    for loop, tag in ((s, "blockIdx.z"), (fo, "blockIdx.y"), (po, "blockIdx.x"),
+                      (fy, "threadIdx.y"), (px, "threadIdx.x")):
+        _bind(sch, loop, tag, threads)
+    acc = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(acc, px)
+    for name in ("codl_wt", "codl_im2col"):
+        stage = sch.get_sblock(name)
+        sch.set_scope(stage, 0, "shared")
+        sch.compute_at(stage, ko)
+        _cooperative(sch, name, tile, threads, k_inner=name == "codl_wt")
+    for index in (0, 1):
+        reg = sch.cache_read(conv, index, "local")
+        sch.compute_at(reg, ki)
+        sch.vectorize(sch.get_loops(reg)[-1])
+    sch.unroll(ki)
+    sch.unroll(fi)
+    sch.unroll(pi)
+    sch.decompose_reduction(conv, ko)
+
+
+def schedule_tail(sch: Schedule, plan: Plan, threads: bool = True) -> str:
+    """Schedule the last kernel block (unpack copy or split-K sum); returns the name of the
+    block the epilogue must be inlined into."""
+    if plan.split == 1:
+        sch.reverse_compute_inline(sch.get_sblock("codl_unpack"))
+        return "codl_conv_local"
+    total = sch.get_sblock("codl_splitk_sum")
+    acc = sch.cache_write(total, 0, "local")
+    loops = sch.get_loops(total)
+    fused = sch.fuse(*loops[:-1])
+    bx, tx = sch.split(fused, [None, SUM_THREADS])
+    _bind(sch, bx, "blockIdx.x", threads)
+    _bind(sch, tx, "threadIdx.x", threads)
+    sch.reverse_compute_at(acc, tx)
+    return sch.get(acc).name_hint
+
+
+SUM_THREADS = 128
+
+
+def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:
+    """The blocking of the GEMM pass (pass 2 of split-K is stated under ``sum.*`` keys)."""
+    tile = plan.tile
+    grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": plan.split,
+            "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}
+    if plan.split > 1:
+        grid["sum.blockIdx.x"] = math.ceil(plan.m * plan.n / SUM_THREADS)
+        grid["sum.threadIdx.x"] = SUM_THREADS
+    return Blocking(
+        algorithm="gpu-conv-tiled-split-k" if plan.split > 1 else "gpu-conv-tiled",
+        processor="gpu", op="conv2d", output_size=plan.m * plan.n,
+        block_shape={"oc": tile.bm, "pixels": tile.bn},
+        basic_unit_shape={"oc": tile.tm, "pixels": tile.tn},
+        num_blocks=plan.m_tiles * plan.n_tiles * plan.split, cores=None, vector_lanes=warp,
+        threads_per_block=tile.threads, grid=grid, rule=rule,
+    )
+
+
+def apply(func, info, target, t: TargetInfo, rule: str):
+    """Dispatch-table entry: rebuild ``func`` around the tiled kernel and schedule it."""
+    arch = str(target.attrs["arch"]) if "arch" in target.attrs else ""
+    plan = make_plan(info.conv, t, arch)
+    return scheduled(func, info, plan), plan_blocking(plan, rule, t.lanes)
+
+
+def scheduled(func, info, plan: Plan, threads: bool = True):
+    """``func`` rebuilt around :func:`conv_compute` and scheduled, epilogue inlined."""
+    new = rebuild(func, info.main_block, conv_compute(plan), 2)
+    sch = Schedule(new)
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    last = "codl_unpack" if plan.split == 1 else "codl_splitk_sum"
+    epilogue = names[names.index(last) + 1 :]
+    schedule_conv(sch, plan, threads)
+    schedule_tail(sch, plan, threads)
+    for name in epilogue:
+        sch.reverse_compute_inline(sch.get_sblock(name))
+    return sch.mod["main"]
+
+
+def kernel_grids(func) -> list[dict[str, int]]:
+    """Launch extents of each device kernel of a scheduled PrimFunc (one per root loop
+    nest bound to ``blockIdx``), in program order."""
+    from .gpu_rules import _children, launch_extents
+
+    body = func.body
+    while not isinstance(body, tirx.SeqStmt) and not (
+        isinstance(body, tirx.For) and body.thread_binding is not None
+    ):
+        kids = _children(body)
+        if not kids:
+            return []
+        body = kids[0]
+    nests = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    grids = []
+    for nest in nests:
+        grid = launch_extents(tirx.PrimFunc([], nest))
+        if grid:
+            grids.append(grid)
+    return grids

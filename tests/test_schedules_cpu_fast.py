@@ -1,0 +1,130 @@
+"""1x1 GEMM and Winograd F(2x2,3x3) CPU kernels equal the unscheduled PrimFunc (rel. err <= 1e-5)
+on every sub-op shape the partitioner makes, record a consistent blocking, and are dispatched
+where their measured predicate says so."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+import tvm
+from hypothesis import HealthCheck, given, settings
+
+from codl_tvm.schedules import blocking_of, dispatch
+from codl_tvm.schedules import testing as T
+from codl_tvm.schedules.analysis import analyze
+from codl_tvm.schedules.target_info import target_info
+
+TOL = 1e-5
+AVX512 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+TARGETS = [AVX512, {"kind": "llvm", "num-cores": 2}]  # AVX-512 lanes and the SSE default
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RULES = {"gemm": dispatch.cpu_gemm1x1, "winograd": dispatch.cpu_winograd_f23}
+ALGORITHM = {"gemm": "gemm-1x1", "winograd": "winograd-2x2-3x3"}
+
+
+def _apply(func, kind: str, target: dict):
+    """The func scheduled by ``kind``'s rule directly (whatever the dispatch predicate says)."""
+    tgt = tvm.target.Target(target)
+    new, blocking = RULES[kind](func, analyze(func), tgt, target_info(tgt), kind)
+    return new, blocking
+
+
+def _err(func, kind: str, target: dict) -> float:
+    new, _ = _apply(func, kind, target)
+    args = T.random_args(func)
+    want = T.run(T.build(func, {"kind": "llvm"}), func, args)
+    return T.rel_error(T.run(T.build(new, target), new, args), want)
+
+
+@st.composite
+def cases(draw, k: int):
+    pads = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, k - pads[0] - pads[2]), 9))
+    w = draw(st.integers(max(1, k - pads[1] - pads[3]), 12))
+    ic, oc = draw(st.integers(1, 20)), draw(st.integers(1, 40))
+    return dict(x=(1, ic, h, w), w=(oc, ic, k, k), padding=pads, bias_relu=draw(st.booleans()))
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["avx512", "sse"])
+@SETTINGS
+@given(case=cases(k=1))
+def test_gemm_1x1_equivalent(case, target):
+    func = T.conv2d_func(case.pop("x"), case.pop("w"), **case)
+    assert _err(func, "gemm", target) <= TOL
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["avx512", "sse"])
+@SETTINGS
+@given(case=cases(k=3))
+def test_winograd_equivalent(case, target):
+    func = T.conv2d_func(case.pop("x"), case.pop("w"), **case)
+    assert _err(func, "winograd", target) <= TOL
+
+
+AWKWARD = [  # (kind, x, w, attrs): H-split sub-op shapes and friends
+    ("gemm", (1, 16, 1, 13), (21, 16, 1, 1), {}),  # one row, OC 21
+    ("gemm", (1, 32, 7, 13), (125, 32, 1, 1), {}),  # odd rows, OC 125
+    ("gemm", (1, 8, 3, 5), (40, 8, 1, 1), dict(padding=(1, 0, 0, 2))),  # asymmetric pad
+    ("gemm", (1, 64, 5, 13), (70, 64, 1, 1), dict(bias_relu=True)),  # epilogue, OC % 16 != 0
+    ("gemm", (2, 8, 3, 4), (9, 8, 1, 1), {}),  # batch 2
+    ("winograd", (1, 16, 3, 13), (70, 16, 3, 3), dict(padding=(0, 1, 0, 1))),  # one output row
+    ("winograd", (1, 16, 4, 13), (40, 16, 3, 3), dict(padding=(1, 1, 0, 1))),  # 3 rows, top pad
+    ("winograd", (1, 16, 6, 11), (40, 16, 3, 3), dict(padding=(0, 1, 2, 1))),  # bottom pad only
+    ("winograd", (1, 8, 7, 9), (19, 8, 3, 3), dict(padding=1, bias_relu=True)),  # epilogue
+    ("winograd", (1, 256, 6, 10), (32, 256, 3, 3), dict(padding=1)),  # long reduction (numerics)
+    ("winograd", (2, 4, 5, 5), (8, 4, 3, 3), dict(padding=1)),  # batch 2
+]
+
+
+@pytest.mark.parametrize("kind, x, w, attrs", AWKWARD)
+def test_awkward_shapes(kind, x, w, attrs):
+    assert _err(T.conv2d_func(x, w, **attrs), kind, AVX512) <= TOL
+
+
+@pytest.mark.parametrize("kind, x, w", [
+    ("gemm", (1, 32, 5, 13), (40, 32, 1, 1)),
+    ("winograd", (1, 16, 7, 9), (40, 16, 3, 3)),
+])
+def test_blocking_matches_parallel_loops(kind, x, w):
+    new, blocking = _apply(T.conv2d_func(x, w, padding=(1, 1, 1, 1) if w[2] == 3 else 0),
+                           kind, AVX512)
+    assert blocking.algorithm == ALGORITHM[kind]
+    assert blocking.grid["parallel"] == blocking.num_blocks
+    assert blocking.num_blocks in T.parallel_extents(new)
+    assert blocking.vector_lanes == 16 and blocking.cores == 2
+    unit = blocking.basic_unit_shape
+    assert blocking.block_size % blocking.basic_unit_size == 0
+    assert max(unit.values()) == 16  # one SIMD vector of pixels (GEMM) or channels (Winograd)
+    # the blocks cover the output: tasks x block >= output (tails are computed and dropped)
+    assert blocking.num_blocks * blocking.block_size >= blocking.output_size
+
+
+DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / cpu_winograd.wins
+    ((1, 512, 13, 13), (125, 512, 1, 1), {}, "cpu-conv2d-gemm-1x1"),
+    ((1, 128, 32, 32), (21, 128, 1, 1), {}, "cpu-conv2d-gemm-1x1"),
+    ((1, 1024, 13, 13), (512, 1024, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # one column tile
+    ((1, 128, 32, 32), (128, 128, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # 42 columns for 32
+    ((1, 8, 6, 6), (16, 8, 1, 1), dict(strides=2), "cpu-conv2d-direct-nchwc"),
+    ((1, 256, 26, 26), (256, 256, 1, 1), {}, "cpu-conv2d-direct-nchwc"),  # direct tile fits
+    ((1, 1024, 3, 13), (125, 1024, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # 3-row part
+    ((1, 64, 26, 26), (128, 64, 3, 3), dict(padding=1), "cpu-conv2d-winograd"),
+    ((1, 256, 3, 26), (512, 256, 3, 3), dict(padding=(0, 1, 0, 1)), "cpu-conv2d-winograd"),
+    ((1, 64, 26, 26), (64, 64, 3, 3), dict(padding=1), "cpu-conv2d-direct-nchwc"),  # few ch.
+    ((1, 3, 26, 26), (32, 3, 3, 3), dict(padding=1), "cpu-conv2d-direct-nchwc"),  # IC 3
+    ((1, 64, 26, 26), (64, 64, 3, 3), dict(strides=2), "cpu-conv2d-direct-nchwc"),
+    ((1, 64, 12, 12), (64, 64, 5, 5), {}, "cpu-conv2d-direct-nchwc"),
+]
+
+
+@pytest.mark.parametrize("x, w, attrs, rule", DISPATCH)
+def test_dispatch_follows_predicates(x, w, attrs, rule):
+    info = analyze(T.conv2d_func(x, w, **attrs))
+    rules = dispatch.select_rules(info, target_info(tvm.target.Target(AVX512)))
+    assert rules[0].name == rule
+
+
+def test_compile_path_uses_new_rule():
+    func = T.conv2d_func((1, 64, 4, 32), (21, 64, 1, 1), bias_relu=True)
+    scheduled = T.schedule(func, AVX512)
+    assert blocking_of(scheduled).rule == "cpu-conv2d-gemm-1x1"
+    assert T.check_cpu(func, AVX512) <= TOL

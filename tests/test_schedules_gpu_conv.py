@@ -1,0 +1,159 @@
+"""The hand-tiled GPU conv2d (gpu_conv.py): numerics on llvm, compile-only cuda/opencl.
+
+No GPU here, so the numerics are checked twice on the CPU: the te compute unscheduled, and
+the full GPU schedule with its thread loops left serial (TIR's meaning does not depend on the
+binding), both against the unscheduled legalized PrimFunc.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import hypothesis.strategies as st
+import pytest
+import tvm
+from hypothesis import HealthCheck, given, settings
+
+from codl_tvm.schedules import blocking_of
+from codl_tvm.schedules import gpu_conv as G
+from codl_tvm.schedules import testing as T
+from codl_tvm.schedules.analysis import analyze
+from codl_tvm.schedules.rebuild import rebuild
+from codl_tvm.schedules.target_info import target_info
+
+TOL = 1e-5
+HOST = {"kind": "llvm"}
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host=HOST)
+OPENCL = tvm.target.Target({"kind": "opencl"}, host=HOST)
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _plan(func, variant: str = "tiled", split: int | None = None) -> G.Plan:
+    plan = G.make_plan(analyze(func).conv, target_info(CUDA), "sm_90", variant)
+    if split is None:
+        return plan
+    k_split = math.ceil(plan.k / (split * plan.tile.bk)) * plan.tile.bk
+    return dataclasses.replace(plan, split=math.ceil(plan.k / k_split), k_split=k_split)
+
+
+def _errors(func, plan: G.Plan) -> tuple[float, float]:
+    """(unscheduled te compute, serial GPU schedule) relative errors against ``func``."""
+    info = analyze(func)
+    args = T.random_args(func)
+    want = T.run(T.build(func, HOST), func, args)
+    plain = rebuild(func, info.main_block, G.conv_compute(plan), 2)
+    serial = G.scheduled(func, info, plan, threads=False)
+    return tuple(T.rel_error(T.run(T.build(f, HOST), f, args), want) for f in (plain, serial))
+
+
+@st.composite
+def conv_cases(draw):
+    ic = draw(st.integers(1, 9))
+    kh, kw = draw(st.sampled_from([1, 3, 5, 7])), draw(st.sampled_from([1, 3]))
+    sh, sw = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
+    pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    h = draw(st.integers(max(1, kh - pads[0] - pads[2]), 9))
+    w = draw(st.integers(max(1, kw - pads[1] - pads[3]), 12))
+    return dict(x=(draw(st.integers(1, 2)), ic, h, w), w=(draw(st.integers(1, 70)), ic, kh, kw),
+                strides=(sh, sw), padding=pads, variant=draw(st.sampled_from(sorted(G.VARIANTS))),
+                split=draw(st.sampled_from([None, 2, 3])))
+
+
+@SETTINGS
+@given(case=conv_cases())
+def test_tiled_conv_numerics(case):
+    variant, split = case.pop("variant"), case.pop("split")
+    func = T.conv2d_func(case.pop("x"), case.pop("w"), **case)
+    assert max(_errors(func, _plan(func, variant, split))) <= TOL
+
+
+@pytest.mark.parametrize(
+    "x, w, attrs, split",
+    [
+        ((1, 5, 1, 7), (19, 5, 3, 3), dict(padding=1), None),  # one output row
+        ((1, 6, 2, 11), (33, 6, 3, 3), dict(padding=(1, 1, 0, 1)), None),  # H-split part
+        ((1, 64, 5, 13), (70, 64, 1, 1), {}, 4),  # 1x1, OC not a tile multiple, split-K
+        ((1, 4, 9, 11), (3, 4, 7, 7), dict(padding=3), None),  # thin OC, 7x7
+        ((1, 6, 9, 11), (13, 6, 3, 3), dict(strides=2, dilation=2, padding=(1, 0, 0, 2)), 2),
+    ],
+)
+def test_tiled_conv_awkward(x, w, attrs, split):
+    func = T.conv2d_func(x, w, **attrs)
+    assert max(_errors(func, _plan(func, split=split))) <= TOL
+
+
+def test_fused_bias_relu_split_k():
+    func = T.conv2d_func((1, 8, 3, 5), (21, 8, 5, 5), bias_relu=True, padding=(2, 2, 1, 2))
+    assert max(_errors(func, _plan(func, split=3))) <= TOL
+
+
+def test_plan_split_k_only_when_grid_is_short():
+    yolo = G.make_plan(analyze(T.conv2d_func((1, 1024, 13, 13), (1024, 1024, 3, 3),
+                                             padding=1)).conv, target_info(CUDA), "sm_90")
+    assert yolo.shape_class == "deep-k" and yolo.split > 1
+    assert yolo.split * yolo.m_tiles * yolo.n_tiles >= G.MIN_WAVES * G.SMS["sm_90"]
+    assert yolo.split * yolo.k_split >= yolo.k > (yolo.split - 1) * yolo.k_split
+    big = G.make_plan(analyze(T.conv2d_func((1, 64, 128, 128), (256, 64, 3, 3),
+                                            padding=1)).conv, target_info(CUDA), "sm_90")
+    assert big.split == 1 and big.shape_class == "wide-oc"
+
+
+def test_rgb_output_conv_goes_to_one_output_per_thread():
+    """OC <= 4 lost to DLight's one-output-per-thread kernel on the H100 (KERNELS.md)."""
+    func = T.with_target(T.conv2d_func((1, 32, 20, 24), (3, 32, 9, 9), padding=4), CUDA)
+    assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-thin-oc"
+
+
+def test_variant_selection():
+    func = T.with_target(T.conv2d_func((1, 5, 4, 7), (19, 5, 3, 3), padding=1), CUDA)
+    with G.use_variant("dlight"):
+        assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-implicit-gemm"
+    with G.use_variant("tiled-128"):
+        assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-tiled"
+    with pytest.raises(ValueError, match="unknown GPU conv variant"):
+        with G.use_variant("nope"):
+            pass
+
+
+CASES = {
+    "one-row": (lambda: T.conv2d_func((1, 5, 1, 7), (19, 5, 3, 3), padding=1), None),
+    "fused-asym": (lambda: T.conv2d_func((1, 5, 4, 7), (19, 5, 3, 3), bias_relu=True,
+                                         padding=(1, 1, 0, 1)), None),
+    "stride2-k5": (lambda: T.conv2d_func((1, 8, 11, 9), (40, 8, 5, 5), strides=2,
+                                         padding=2), None),
+    "yolo-13x13-split-k": (lambda: T.conv2d_func((1, 512, 13, 13), (256, 512, 3, 3),
+                                                 bias_relu=True, padding=1), "split"),
+    "narrow-oc-9x9-split-k": (lambda: T.conv2d_func((1, 32, 20, 24), (8, 32, 9, 9), padding=4),
+                              "split"),
+}
+
+
+@pytest.mark.parametrize("target", [CUDA, OPENCL], ids=["cuda", "opencl"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiles_with_shared_memory_and_grid(case, target):
+    make, expect = CASES[case]
+    func = T.schedule(make(), target)
+    blocking = blocking_of(func)
+    assert blocking.rule == "gpu-conv2d-tiled"
+    split_k = blocking.grid["blockIdx.z"] > 1
+    assert blocking.algorithm.endswith("split-k") == split_k
+    if target.kind.name == "cuda":  # the phone GPU has 4 compute units: fewer splits needed
+        assert split_k == (expect == "split")
+    grids = G.kernel_grids(func)
+    main = {k: v for k, v in blocking.grid.items() if not k.startswith("sum.")}
+    assert grids[0] == main
+    assert blocking.num_blocks == math.prod(v for k, v in main.items() if "blockIdx" in k)
+    assert blocking.threads_per_block == main["threadIdx.x"] * main["threadIdx.y"]
+    assert blocking.num_blocks * blocking.block_size >= blocking.output_size * main["blockIdx.z"]
+    if split_k:
+        assert grids[1] == {"blockIdx.x": blocking.grid["sum.blockIdx.x"],
+                            "threadIdx.x": blocking.grid["sum.threadIdx.x"]}
+    source = T.build(func, target).mod.imports[0].inspect_source()
+    if target.kind.name == "cuda":
+        assert "__shared__" in source
+        bounds = [int(b) for b in re.findall(r"__launch_bounds__\((\d+)\)", source)]
+        assert blocking.threads_per_block in bounds
+    else:
+        assert "__local float" in source
