@@ -36,6 +36,6 @@ for f in samples-x86-cuda.csv samples-x86-cuda.csv.rounds.jsonl; do
 done
 python3 codl_tvm/profiler/bundle_runner.py .devcarry/profile-bundle \
   -o "$OUT/samples-x86-cuda.csv" --deadline-s "$DEADLINE_S" --max-call-s 2 \
-  --rounds "$ROUNDS" --min-repeat-ms "$MIN_REPEAT_MS" | tee "$OUT/runner.log"
+  --rounds "$ROUNDS" --min-repeat-ms "$MIN_REPEAT_MS" --warm-jobs 14 | tee "$OUT/runner.log"
 wc -l "$OUT/samples-x86-cuda.csv"
 # back here: python -m codl_tvm.profiler noise samples-x86-cuda.csv  (agreement of the rounds)

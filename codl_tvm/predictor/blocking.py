@@ -9,37 +9,33 @@ has no PrimFunc) and return the *terms* whose learned coefficients are the basic
 
 Every term is "waves of tasks x work per task" or a parallel memory pass, so the model stays
 linear in the unit times and the staircases (waves, register tiles, padded tiles) are exact.
-Mirrors: ``schedules/cpu_conv.py`` (``conv_tiles``: ``ocb`` channels x ``x_tile`` columns
-per task), ``schedules/cpu_rules.py`` (depthwise/pool: one task per (channel, row); gemv:
-column blocks of ``2*lanes`` grouped 16 per task plus a scalar tail) and
-``schedules/gpu_rules.py`` (DLight Matmul: 64 OC x 32 output pixels per 128-thread block,
-DLight Fallback: one output per thread, 1024 threads per block).
+Which kernel runs (and its block counts) comes from :mod:`codl_tvm.predictor.mirror`, the
+mirror of the dispatch table; the terms are per algorithm (:data:`TERMS`). Mirrors:
+``schedules/cpu_gemm.py`` (1x1 GEMM: ``mr`` channels x ``nv`` pixel vectors per register tile,
+(pixel tile, OC block) tasks, input/weight packing per call), ``schedules/cpu_winograd.py``
+(F(2x2,3x3): 16 batched GEMMs of ``pt`` tiles x ``ocb`` channels, input/weight/output
+transforms), ``schedules/gpu_conv.py`` (tiled implicit GEMM: the shape-class tile, split-K
+blocks on ``blockIdx.z`` and the second sum pass), ``schedules/cpu_conv.py``
+(``conv_tiles``: ``ocb`` channels x ``x_tile`` columns per task),
+``schedules/cpu_rules.py`` (depthwise/pool: one task per (channel, row); gemv: column blocks
+of ``2*lanes`` grouped 16 per task plus a scalar tail) and ``schedules/gpu_rules.py``
+(DLight Fallback: one output per thread, 1024 threads per block; DLight Matmul, only under
+``CODL_GPU_CONV=dlight``: 64 OC x 32 output pixels per 128-thread block).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from codl_tvm import tiling
+from codl_tvm.predictor.mirror import Machine, conv_shape, gpu_plan, gpu_variant, kernel
 from codl_tvm.predictor.opspec import OpSpec
+
+__all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "terms"]
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What the blocking depends on: CPU cores and SIMD lanes, GPU SMs."""
-
-    cores: int = 16
-    lanes: int = 16
-    sms: int = 132
-    l2_bytes: int = 50 << 20
-
-    @property
-    def vector_regs(self) -> int:  # AVX-512 / NEON: 32; AVX2/SSE: 16 (target_info.py)
-        return 32 if self.lanes >= 16 else 16
 
 
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
@@ -65,6 +61,40 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         s.IC * hp * wp / m.cores,  # padded input copy
         ocp * ocb * red / m.cores,  # weight pack (every call)
         s.out_elems / m.cores,  # unpack
+    ]
+
+
+def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
+    """gemm-1x1: tasks (mr channels, nv*lanes pixels); work = IC x mr x nv vector FMAs per
+    task; plus the input pack (padded pixels), weight pack (every call) and unpack passes."""
+    c = conv_shape(s)
+    mr, nv = tiling.gemm_tiles(c, m)
+    np_ = nv * m.lanes
+    pp, ocp = _cdiv(s.out_h * s.out_w, np_), _cdiv(s.OC, mr)
+    waves = _cdiv(pp * ocp, m.cores)
+    return [
+        waves * s.IC * mr * nv,  # FMAs on the critical core
+        waves * mr * nv,  # accumulator init + write-back per task
+        s.IC * pp * np_ / m.cores,  # input pack
+        ocp * mr * s.IC / m.cores,  # weight pack
+        s.out_elems / m.cores,  # unpack
+    ]
+
+
+def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
+    """winograd-2x2-3x3: 16 x OC blocks x tile blocks GEMM tasks of IC x pt x ocb/lanes
+    vector FMAs; input, weight (every call) and output transforms as parallel passes."""
+    c = conv_shape(s)
+    ocb, pt = tiling.winograd_tiles(c, m)
+    th, tw = tiling.winograd_grid(c)
+    pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
+    waves = _cdiv(16 * ocp * pp, m.cores)
+    return [
+        waves * s.IC * pt * vecs,  # FMAs on the critical core
+        waves * pt * vecs,  # accumulator init + write-back per task
+        16 * s.IC * pp * pt / m.cores,  # pad + input transform
+        16 * ocp * ocb * s.IC / m.cores,  # weight transform
+        16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
     ]
 
 
@@ -115,6 +145,23 @@ def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     return [_cdiv(blocks, m.sms) * k, blocks * k, blocks]
 
 
+def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
+    """gpu-conv-tiled(-split-k): waves of (bm x bn x split) blocks x per-thread FMAs of one
+    K partition, the shared-memory staging of every block, and split-K's sum pass."""
+    variant = gpu_variant()
+    row, split, k_split = gpu_plan(s, m, tiling.DEFAULT_VARIANT if variant == tiling.DECLINE
+                                   else variant)  # fmt: skip
+    t = row.tile
+    pixels = s.out_h * s.out_w
+    blocks = _cdiv(s.OC, t.bm) * _cdiv(pixels, t.bn) * split
+    return [
+        _cdiv(blocks, m.sms) * t.tm * t.tn * k_split,  # FMAs of a thread, critical SM
+        blocks * (t.bm + t.bn) * k_split,  # global -> shared staging, all blocks
+        float(s.OC * pixels * split) if split > 1 else 0.0,  # sum pass reads
+        float(split > 1),  # second launch
+    ]
+
+
 def gpu_thread(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback: one output per thread, the window/reduction loop inside."""
     waves = _cdiv(s.out_elems, 1024 * m.sms)
@@ -131,37 +178,44 @@ def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
     return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
 
 
-# (processor, op kind) -> terms; the fixed launch/dispatch cost t0 is added by the model
+# (processor family, model algorithm) -> terms; the fixed launch cost t0 is added by the model
 TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
-    ("cpu", "conv2d"): cpu_conv,
-    ("cpu", "depthwise"): cpu_depthwise,
-    ("cpu", "pool_max"): cpu_pool,
-    ("cpu", "pool_avg"): cpu_pool,
-    ("cpu", "dense"): cpu_dense,
-    ("cpu", "elementwise"): cpu_eltwise,
-    ("gpu", "conv2d"): gpu_gemm,
-    ("gpu", "depthwise"): gpu_thread,
-    ("gpu", "pool_max"): gpu_thread,
-    ("gpu", "pool_avg"): gpu_thread,
+    ("cpu", "gemm-1x1"): cpu_gemm,
+    ("cpu", "winograd-2x2-3x3"): cpu_winograd,
+    ("cpu", "direct-nchwc"): cpu_conv,
+    ("cpu", "depthwise-direct"): cpu_depthwise,
+    ("cpu", "group-direct"): cpu_depthwise,
+    ("cpu", "pool"): cpu_pool,
+    ("cpu", "gemv"): cpu_dense,
+    ("cpu", "parallel-loops"): cpu_eltwise,
+    ("gpu", "direct"): gpu_thread,
+    ("gpu", "gpu-conv-tiled"): gpu_tiled,
+    ("gpu", "implicit-gemm"): gpu_gemm,
+    ("gpu", "depthwise-direct"): gpu_thread,
+    ("gpu", "pool"): gpu_thread,
     ("gpu", "elementwise"): gpu_thread,
-    ("gpu", "dense"): gpu_dense,
+    ("gpu", "dlight-fallback"): gpu_dense,
 }
-
-
+# a label whose kernel shares another's model (same kernel, one term more or less)
+SAME_MODEL = {"gpu-conv-tiled-split-k": "gpu-conv-tiled"}
 # algorithms (as the samples' ``algorithm`` column names them) whose blocking is modelled above
 ANALYTIC: dict[str, frozenset[str]] = {
-    "cpu": frozenset({"direct-nchwc", "depthwise-direct", "pool", "gemv", "parallel-loops"}),
-    "gpu": frozenset(
-        {"implicit-gemm", "depthwise-direct", "pool", "elementwise", "dlight-fallback"}
-    ),
+    fam: frozenset({a for f, a in TERMS if f == fam} | {k for k, v in SAME_MODEL.items()
+                                                        if (fam, v) in TERMS})
+    for fam in ("cpu", "gpu")
 }
+# algorithms with one model per filter-size variant (CoDL: one model per filter algorithm)
+BY_FILTER = frozenset({"direct-nchwc", "gpu-conv-tiled", "implicit-gemm"})
+
+
+def model_algorithm(algorithm: str) -> str:
+    """The algorithm whose model (and terms) a kernel of ``algorithm`` uses."""
+    return SAME_MODEL.get(algorithm, algorithm)
 
 
 def variant(s: OpSpec) -> str:
-    """Model key beyond (processor, kind): CoDL keeps one model per filter-size algorithm."""
-    if kernel_kind(s) == "conv2d":
-        return "k1" if s.KH * s.KW == 1 else "kn"
-    return ""
+    """``k1`` / ``kn``: CoDL keeps one model per filter-size algorithm."""
+    return "k1" if s.KH * s.KW == 1 else "kn"
 
 
 def kernel_kind(s: OpSpec) -> str:
@@ -169,11 +223,13 @@ def kernel_kind(s: OpSpec) -> str:
     return "conv2d" if s.kind == "depthwise" and s.groups == 1 else s.kind
 
 
-def terms(family: str, s: OpSpec, m: Machine) -> list[float]:
-    """``[1, term_1, ...]`` of ``s`` run by a codl-tvm kernel on a ``family`` processor."""
-    fn = TERMS.get((family, kernel_kind(s)))
+def terms(family: str, s: OpSpec, m: Machine, algorithm: str | None = None) -> list[float]:
+    """``[1, term_1, ...]`` of ``s`` run by the ``algorithm`` kernel (default: the one the
+    dispatch table picks) on a ``family`` processor."""
+    algo = model_algorithm(algorithm or kernel(family, s, m).algorithm)
+    fn = TERMS.get((family, algo))
     if fn is None:
-        raise ValueError(f"no blocking rule for {s.kind} on a {family}")
+        raise ValueError(f"no blocking rule for the {algo} kernel of {s.kind} on a {family}")
     return [1.0, *fn(s, m)]
 
 

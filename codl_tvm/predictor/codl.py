@@ -16,6 +16,7 @@ accuracy is a count of small relative errors.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -25,12 +26,15 @@ from scipy.optimize import nnls
 from codl_tvm.predictor.base import BasePredictor, sub_spec
 from codl_tvm.predictor.blocking import (
     ANALYTIC,
+    BY_FILTER,
     Machine,
     kernel_kind,
+    model_algorithm,
     recorded_terms,
     terms,
     variant,
 )
+from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 
 IRLS_ITERS = 5
@@ -71,12 +75,19 @@ def _family(row: dict[str, Any]) -> str:
     return "cpu" if '"llvm"' in str(row.get("target", "")) else "gpu"
 
 
+class AlgorithmFallbackWarning(UserWarning):
+    """A sub-op whose kernel has no model: predicted with another kernel's model."""
+
+
 class CoDLPredictor(BasePredictor):
     """CoDL's light predictor: analytic blocking terms times learned basic-unit times.
 
-    Kernels of codl-tvm's schedules use the analytic blocking of
-    :mod:`codl_tvm.predictor.blocking` (keyed ``role/kind/variant``); other kernels fall
-    back to Eq. 3 on the blocking recorded in the samples (keyed ``role/kind/algorithm``).
+    One model per (role, kernel kind, algorithm[, filter-size variant]), keyed
+    ``role/kind/algorithm[/k1|kn]``. A sample row trains the model of the algorithm it
+    recorded; a prediction uses the algorithm codl-tvm's dispatch table picks for the sub-op
+    (:func:`codl_tvm.predictor.mirror.kernel`), so both name the same model. Kernels of
+    codl-tvm's schedules use the analytic blocking of :mod:`codl_tvm.predictor.blocking`;
+    other kernels fall back to Eq. 3 on the blocking recorded in the samples.
 
     Parameters
     ----------
@@ -99,9 +110,10 @@ class CoDLPredictor(BasePredictor):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
         self.t_: dict[str, Any] = {}
         for key, idx in sorted(groups.items()):
-            if key.count("/") == 2:  # analytic
-                fam = self.family_[key.split("/")[0]]
-                a = np.array([terms(fam, subs[i], self.machine_) for i in idx])
+            role, _, algo = key.split("/")[:3]
+            fam = self.family_[role]
+            if algo in ANALYTIC[fam]:
+                a = np.array([terms(fam, subs[i], self.machine_, algo) for i in idx])
                 self.t_[key] = _fit(a, y[idx], self.irls_iters)
             else:
                 cols = ("block", "unit", "cores")
@@ -110,33 +122,62 @@ class CoDLPredictor(BasePredictor):
                 self.t_[key] = {"b": blk, "t": _fit(a, y[idx], self.irls_iters)}
         self._index()
 
+    def algorithm(self, role: str, sub: OpSpec) -> str:
+        """The kernel algorithm codl-tvm runs ``sub`` with on ``role`` (the samples' label)."""
+        return kernel(self.family_.get(role, role), sub, self.machine_).algorithm
+
     def _key(self, role: str, sub: OpSpec, algorithm: str | None) -> str:
-        if algorithm is None or algorithm in ANALYTIC[self.family_.get(role, role)]:
-            return f"{role}/{kernel_kind(sub)}/{variant(sub)}"
-        return f"{role}/{kernel_kind(sub)}/{variant(sub)}/{algorithm}"
+        algo = model_algorithm(algorithm or self.algorithm(role, sub))
+        key = f"{role}/{kernel_kind(sub)}/{algo}"
+        return f"{key}/{variant(sub)}" if algo in BY_FILTER else key
 
     def _index(self) -> None:
-        # predict_op knows no algorithm: use the most sampled model of the (role, kind)
-        seen: dict[str, Counter] = defaultdict(Counter)
-        for key in self.t_:
+        self._fallback: dict[str, str] = {}
+        self._warned_algo: set[str] = set()
+
+    def _fallback_key(self, key: str) -> str | None:
+        """A model of the same role and kind for a kernel without one: same filter-size
+        variant first, then the analytic ones, then by name (deterministic)."""
+        if key not in self._fallback:
             role, kind = key.split("/")[:2]
-            seen[f"{role}/{kind}"][key] += 1 + (key.count("/") == 2)
-        self._fallback = {k: c.most_common(1)[0][0] for k, c in seen.items()}
+            same = [k for k in self.t_ if k.split("/")[:2] == [role, kind]]
+            tail = key.split("/")[3:]
+
+            def rank(k: str) -> tuple[bool, bool, str]:
+                return (k.split("/")[3:] != tail, isinstance(self.t_[k], dict), k)
+
+            self._fallback[key] = min(same, key=rank) if same else ""
+        return self._fallback[key] or None
 
     def _kernel_us(self, role: str, sub: OpSpec, algorithm: str | None) -> float:
         key = self._key(role, sub, algorithm)
         t = self.t_.get(key)
         if t is None:
-            key = self._fallback.get("/".join(key.split("/")[:2]), "")
-            t = self.t_.get(key)
-        if t is None:
-            raise ValueError(f"the codl predictor has no samples of {sub.kind} on {role}")
+            other = self._fallback_key(key)
+            if other is None:
+                raise ValueError(f"the codl predictor has no samples of {sub.kind} on {role}")
+            self._warn_fallback(key, other)
+            key, t = other, self.t_[other]
         if isinstance(t, dict):
             x = recorded_terms(sub, *t["b"])
             t = t["t"]
         else:
-            x = terms(self.family_[role], sub, self.machine_)
+            x = terms(self.family_[role], sub, self.machine_, key.split("/")[2])
         return max(sum(c * v for c, v in zip(t, x, strict=False)), 1e-3)
+
+    def _warn_fallback(self, key: str, other: str) -> None:
+        # samples of kernels the mirror does not know (other schedules): by design, no warning
+        fam = self.family_[key.split("/")[0]]
+        if key.split("/")[2] not in ANALYTIC[fam] or isinstance(self.t_[other], dict):
+            return
+        if key not in self._warned_algo:
+            self._warned_algo.add(key)
+            warnings.warn(
+                f"the codl predictor has no model {key!r} (its samples predate that kernel); "
+                f"predicting with {other!r}: re-profile and retrain for accurate predictions",
+                AlgorithmFallbackWarning,
+                stacklevel=4,
+            )
 
     def _model_json(self) -> dict[str, Any]:
         m = self.machine_
@@ -150,8 +191,31 @@ class CoDLPredictor(BasePredictor):
         cores, lanes, sms, l2 = doc["machine"]
         self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2))
         self.family_ = doc["family"]
-        self.t_ = doc["t"]
+        self.t_ = {_current_key(k, v, self.family_): v for k, v in doc["t"].items()}
         self._index()
+
+
+# the kernel each (family, kind) ran before algorithms were part of the model keys
+_OLD_ALGORITHM = {
+    ("cpu", "conv2d"): "direct-nchwc", ("cpu", "depthwise"): "depthwise-direct",
+    ("cpu", "pool_max"): "pool", ("cpu", "pool_avg"): "pool", ("cpu", "dense"): "gemv",
+    ("cpu", "elementwise"): "parallel-loops", ("gpu", "conv2d"): "implicit-gemm",
+    ("gpu", "depthwise"): "depthwise-direct", ("gpu", "pool_max"): "pool",
+    ("gpu", "pool_avg"): "pool", ("gpu", "dense"): "dlight-fallback",
+    ("gpu", "elementwise"): "elementwise",
+}  # fmt: skip
+
+
+def _current_key(key: str, value: Any, family: dict[str, str]) -> str:
+    """Keys of files written before algorithm keys (``role/kind/variant[/algorithm]``)."""
+    parts = key.split("/")
+    if len(parts) < 3 or parts[2] not in ("", "k1", "kn"):
+        return key
+    role, kind, var = parts[:3]
+    if isinstance(value, dict):  # recorded: role/kind/variant/algorithm
+        return f"{role}/{kind}/{'/'.join(parts[3:])}"
+    algo = _OLD_ALGORITHM.get((family.get(role, role), kind), "")
+    return f"{role}/{kind}/{algo}" + (f"/{var}" if algo in BY_FILTER else "")
 
 
 def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
@@ -161,11 +225,14 @@ def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
 def _machine(rows: list[dict[str, Any]]) -> Machine:
     """Cores, SIMD lanes and SMs recorded in the samples' blocking columns."""
 
-    # the blocking columns of the main conv kernel state the machine: cores/lanes, SMs
-    main = {"cpu": "direct-nchwc", "gpu": "implicit-gemm"}
+    # the blocking columns of the conv kernels state the machine: cores/lanes, SMs
+    main = {
+        "cpu": {"direct-nchwc", "gemm-1x1", "winograd-2x2-3x3"},
+        "gpu": {"gpu-conv-tiled", "gpu-conv-tiled-split-k", "implicit-gemm", "direct"},
+    }
 
     def most(fam: str, col: str, default: int) -> int:
-        vals = Counter(r[col] for r in rows if _family(r) == fam and r["algorithm"] == main[fam])
+        vals = Counter(r[col] for r in rows if _family(r) == fam and r["algorithm"] in main[fam])
         return int(vals.most_common(1)[0][0]) if vals else default
 
     base = Machine()

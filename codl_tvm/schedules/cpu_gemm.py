@@ -19,19 +19,18 @@ import math
 from tvm import te, tirx
 from tvm.s_tir import Schedule
 
+from codl_tvm import tiling
+from codl_tvm.tiling import DIRECT_WASTE, MAX_VECS  # noqa: F401 - the tile rules live there
+
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
-from .cpu_conv import conv_tiles as direct_tiles
 from .cpu_conv import out_shape
 from .target_info import TargetInfo
-
-DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the GEMM wins
-MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
 
 
 def applies(c: Conv2DInfo) -> bool:
     """The geometry this kernel computes: 1x1, stride 1, dilation irrelevant, groups 1."""
-    return (c.kh, c.kw, c.stride, c.groups) == (1, 1, (1, 1), 1)
+    return tiling.gemm_applies(c)
 
 
 def wins(info: OpInfo, t: TargetInfo) -> bool:
@@ -46,11 +45,7 @@ def wins(info: OpInfo, t: TargetInfo) -> bool:
     512->256 at 26x26 and its row parts losing (0.73-0.93x), so direct stays there.
     """
     c = info.conv
-    if info.dtype != "float32" or c is None or not applies(c):
-        return False
-    ocb, xt = direct_tiles(c, t)
-    col_waste = math.ceil(c.ow / xt) * xt / c.ow
-    return c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt
+    return info.dtype == "float32" and c is not None and tiling.gemm_wins(c, t)
 
 
 def gemm_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
@@ -60,12 +55,7 @@ def gemm_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
     accumulator budget (registers minus ``nv`` loads and one broadcast), with the least
     padding of OC.
     """
-    pixels = c.n * c.oh * c.ow
-    nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
-    budget = max(1, (t.vector_regs - nv - 2) // nv)
-    candidates = range(min(budget, c.oc), 0, -1)
-    mr = min(candidates, key=lambda m: (math.ceil(c.oc / m) * m, -m))
-    return mr, nv
+    return tiling.gemm_tiles(c, t)
 
 
 def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
@@ -141,8 +131,7 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
     _pack_loops(sch, "codl_xpack", t.lanes)
     _pack_loops(sch, "codl_wpack", 0)
     _pack_loops(sch, "codl_unpack", t.lanes)
-    pp = math.ceil(c.oh * c.ow / np_)
-    tasks = c.n * pp * math.ceil(c.oc / mr)
+    tasks = tiling.gemm_tasks(c, t)
     return Blocking(
         algorithm="gemm-1x1", processor="cpu", op="conv2d",
         output_size=c.n * c.oc * c.oh * c.ow,

@@ -23,6 +23,9 @@ from collections.abc import Callable
 from tvm import te, tirx
 from tvm.s_tir import Schedule
 
+from codl_tvm import tiling
+from codl_tvm.tiling import M_TILE, R_TILE  # noqa: F401 - the tile rules live there
+
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape, padded_input
@@ -31,12 +34,11 @@ from .target_info import TargetInfo
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 AT = ((1, 1, 1, 0), (0, 1, -1, -1))
-M_TILE, R_TILE = 2, 4  # output / input tile edge
 
 
 def applies(c: Conv2DInfo) -> bool:
     """3x3, stride 1, dilation 1, groups 1 (any padding)."""
-    return (c.kh, c.kw, c.stride, c.dilation, c.groups) == (3, 3, (1, 1), (1, 1), 1)
+    return tiling.winograd_applies(c)
 
 
 def wins(info: OpInfo, _t: TargetInfo) -> bool:
@@ -51,23 +53,17 @@ def wins(info: OpInfo, _t: TargetInfo) -> bool:
     wasted there, but the direct kernel's per-call weight packing costs as much).
     """
     c = info.conv
-    return (
-        info.dtype == "float32" and c is not None and applies(c)
-        and c.ic >= 64 and c.oc >= 64 and c.ic * c.oc >= 64 * 128
-    )
+    return info.dtype == "float32" and c is not None and tiling.winograd_wins(c)
 
 
 def tiles(c: Conv2DInfo) -> tuple[int, int]:
     """(tile rows, tile columns) of 2x2 output tiles covering OH x OW."""
-    return math.ceil(c.oh / M_TILE), math.ceil(c.ow / M_TILE)
+    return tiling.winograd_grid(c)
 
 
 def wino_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
     """(ocb, pt): channels per SIMD block and Winograd tiles per register tile."""
-    vecs = 2 if c.oc > t.lanes else 1
-    budget = (t.vector_regs - vecs - 2) // vecs
-    th, tw = tiles(c)
-    return t.lanes * vecs, max(1, min(budget, 14, th * tw))
+    return tiling.winograd_tiles(c, t)
 
 
 def _combine(mat_a, mat_b, a: int, b: int, load: Callable[[int, int], tirx.PrimExpr]):
@@ -180,9 +176,7 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)
     _outer_parallel(sch, "codl_pad")
     _outer_parallel(sch, "codl_unpack")
-    th, tw = tiles(c)
-    p_tiles = math.ceil(th * tw / pt)
-    tasks = c.n * 16 * math.ceil(c.oc / ocb) * p_tiles
+    tasks = tiling.winograd_tasks(c, t)
     return Blocking(
         algorithm="winograd-2x2-3x3", processor="cpu", op="conv2d",
         output_size=c.n * c.oc * c.oh * c.ow,

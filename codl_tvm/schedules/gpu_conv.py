@@ -21,141 +21,43 @@ first matching row wins. ``CODL_GPU_CONV`` (env) or :func:`use_variant` picks th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
-from collections.abc import Iterator
 
 from tvm import te, tirx
 from tvm.s_tir import Schedule
+
+from codl_tvm import tiling
+
+# the tile table and split-K rule are pure data/functions shared with the predictor
+from codl_tvm.tiling import (  # noqa: F401 - re-exported: this module's API
+    BIG,
+    DECLINE,
+    DEFAULT_SMS,
+    DEFAULT_VARIANT,
+    ENV,
+    MAX_SPLIT,
+    MID,
+    MIN_K_PER_SPLIT,
+    MIN_WAVES,
+    NARROW_OC,
+    SMS,
+    SUM_THREADS,
+    THIN_OC,
+    TINY_N,
+    VARIANTS,
+    ShapeClass,
+    Tile,
+    current_variant,
+    use_variant,
+    variant_names,
+)
 
 from .analysis import Conv2DInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape
 from .rebuild import Unsupported, rebuild
 from .target_info import TargetInfo
-
-
-@dataclasses.dataclass(frozen=True)
-class Tile:
-    """Thread-block tile ``(ty*tm) x (tx*tn) x bk``; ``tm x tn`` outputs per thread."""
-
-    ty: int  # threads along M (output channels)
-    tm: int  # register rows per thread
-    tx: int  # threads along N (output pixels)
-    tn: int  # register columns per thread
-    bk: int  # K step staged in shared memory per iteration
-
-    @property
-    def bm(self) -> int:
-        return self.ty * self.tm
-
-    @property
-    def bn(self) -> int:
-        return self.tx * self.tn
-
-    @property
-    def threads(self) -> int:
-        return self.ty * self.tx
-
-
-@dataclasses.dataclass(frozen=True)
-class ShapeClass:
-    """A row of a variant table: the first row whose bounds all hold picks ``tile``."""
-
-    name: str
-    tile: Tile
-    max_oc: int | None = None
-    max_pixels: int | None = None
-    min_oc: int | None = None
-    min_k: int | None = None  # reduction length IC*KH*KW
-    split_k: bool = True  # allow split-K when the grid is short of MIN_WAVES waves
-
-
-BIG = Tile(ty=16, tm=8, tx=16, tn=4, bk=8)  # 128 x 64, 32 accumulators per thread
-MID = Tile(ty=16, tm=4, tx=16, tn=4, bk=16)  # 64 x 64
-TINY_N = Tile(ty=16, tm=4, tx=8, tn=4, bk=16)  # 64 x 32: few pixels, many channels
-NARROW_OC = Tile(ty=8, tm=4, tx=32, tn=4, bk=8)  # 32 x 128
-THIN_OC = Tile(ty=2, tm=2, tx=64, tn=4, bk=8)  # 4 x 256: OC of 1-4 (RGB outputs)
-
-VARIANTS: dict[str, tuple[ShapeClass, ...]] = {
-    # Chosen from the H100 sweep of all variants over the 44 workload convs (KERNELS.md):
-    # the 128x64 tile with split-K wins wherever K > 1024 and OC >= 128 (up to 2.3x over
-    # 64x64 on YOLO's 13x13 layers); 64x64 wins for OC >= 256 with a short K.
-    "tiled": (
-        ShapeClass("thin-oc", THIN_OC, max_oc=4),
-        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
-        ShapeClass("deep-k", BIG, min_oc=128, min_k=1025),
-        ShapeClass("wide-oc", MID, min_oc=256),
-        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
-        ShapeClass("mid-n", MID, max_pixels=8192),
-        ShapeClass("big", BIG, min_oc=128),
-        ShapeClass("big-n", MID),
-    ),
-    "tiled-v1": (  # the first table, before the sweep
-        ShapeClass("thin-oc", THIN_OC, max_oc=4),
-        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
-        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
-        ShapeClass("mid-n", MID, max_pixels=8192),
-        ShapeClass("big", BIG, min_oc=128),
-        ShapeClass("big-n", MID),
-    ),
-    "tiled-64": (
-        ShapeClass("thin-oc", THIN_OC, max_oc=4),
-        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
-        ShapeClass("any", MID),
-    ),
-    "tiled-128": (
-        ShapeClass("thin-oc", THIN_OC, max_oc=4),
-        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
-        ShapeClass("any", BIG),
-    ),
-    "tiled-nosplitk": (
-        ShapeClass("thin-oc", THIN_OC, max_oc=4, split_k=False),
-        ShapeClass("narrow-oc", NARROW_OC, max_oc=32, split_k=False),
-        ShapeClass("tiny-n", TINY_N, max_pixels=1024, split_k=False),
-        ShapeClass("mid-n", MID, max_pixels=8192, split_k=False),
-        ShapeClass("big", BIG, min_oc=128, split_k=False),
-        ShapeClass("big-n", MID, split_k=False),
-    ),
-}
-DEFAULT_VARIANT = "tiled"
-DECLINE = "dlight"  # variant name under which this rule steps aside for DLight's Matmul
-ENV = "CODL_GPU_CONV"
-
-# Streaming multiprocessors / compute units per target arch; split-K aims at MIN_WAVES waves.
-SMS = {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "opencl": 4}
-DEFAULT_SMS = 80
-MIN_WAVES = 2
-MAX_SPLIT = 16
-MIN_K_PER_SPLIT = 256  # below this a split's blocks spend more on loads than on FMAs
-
-_override: list[str] = []
-
-
-@contextlib.contextmanager
-def use_variant(name: str) -> Iterator[None]:
-    """Schedule with the tile table ``name`` (or ``"dlight"``) inside the ``with`` block."""
-    if name not in VARIANTS and name != DECLINE:
-        raise ValueError(f"unknown GPU conv variant {name!r}; known: {variant_names()}")
-    _override.append(name)
-    try:
-        yield
-    finally:
-        _override.pop()
-
-
-def variant_names() -> list[str]:
-    """Every selectable variant, ``"dlight"`` included."""
-    return [*VARIANTS, DECLINE]
-
-
-def current_variant() -> str:
-    name = _override[-1] if _override else os.environ.get(ENV, DEFAULT_VARIANT)
-    if name not in VARIANTS and name != DECLINE:
-        raise ValueError(f"{ENV}={name!r} is not a GPU conv variant; known: {variant_names()}")
-    return name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +95,7 @@ class Plan:
 
 
 def sm_count(target_arch: str, t: TargetInfo) -> int:
-    return SMS.get(target_arch, SMS.get(t.kind, DEFAULT_SMS))
+    return tiling.sm_count(target_arch, t.kind)
 
 
 def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None = None) -> Plan:
@@ -204,26 +106,11 @@ def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None 
     if c.groups != 1:
         raise Unsupported("grouped conv")
     m, n, k = c.oc, c.n * c.oh * c.ow, c.ic * c.kh * c.kw
-    row = next(r for r in VARIANTS[name] if _matches(r, m, n, k))
+    row = tiling.shape_class(m, n, k, name)
     if row.tile.threads > t.max_threads:
         raise Unsupported(f"tile needs {row.tile.threads} threads, target allows {t.max_threads}")
-    tiles = math.ceil(m / row.tile.bm) * math.ceil(n / row.tile.bn)
-    split = 1
-    if row.split_k:
-        want = math.ceil(MIN_WAVES * sm_count(arch, t) / tiles)
-        split = max(1, min(want, MAX_SPLIT, k // MIN_K_PER_SPLIT))
-    k_split = math.ceil(k / (split * row.tile.bk)) * row.tile.bk
-    split = math.ceil(k / k_split)  # drop partitions that would be all padding
+    split, k_split = tiling.split_k(row, m, n, k, sm_count(arch, t))
     return Plan(c, row.tile, row.name, split, m, n, k, k_split)
-
-
-def _matches(row: ShapeClass, m: int, n: int, k: int) -> bool:
-    return (
-        (row.max_oc is None or m <= row.max_oc)
-        and (row.min_k is None or k >= row.min_k)
-        and (row.min_oc is None or m >= row.min_oc)
-        and (row.max_pixels is None or n <= row.max_pixels)
-    )
 
 
 def conv_compute(plan: Plan):
@@ -343,8 +230,6 @@ def schedule_tail(sch: Schedule, plan: Plan, threads: bool = True) -> str:
     sch.reverse_compute_at(acc, tx)
     return sch.get(acc).name_hint
 
-
-SUM_THREADS = 128
 
 
 def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:

@@ -1,0 +1,183 @@
+"""Which codl-tvm kernel runs a sub-op, and its block counts, from the :class:`OpSpec` alone.
+
+A mirror of the dispatch table ``codl_tvm/schedules/dispatch.py`` (``RULES``, first matching
+row wins) for batch-1 float32 sub-ops, built on the schedules' own pure tile rules
+(:mod:`codl_tvm.tiling`), so the predictor needs neither a PrimFunc nor TVM's compiler.
+``tests/test_predictor_blocking_mirror.py`` schedules the real sub-op kernels and checks that
+the algorithm and the block counts agree with what the schedules record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from codl_tvm import tiling
+from codl_tvm.predictor.opspec import OpSpec
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the blocking depends on: CPU cores and SIMD lanes, GPU SMs and threads."""
+
+    cores: int = 16
+    lanes: int = 16
+    sms: int = 132
+    l2_bytes: int = 50 << 20
+    max_threads: int = 1024  # GPU threads per block (cuda); not stored in predictor files
+
+    @property
+    def vector_regs(self) -> int:  # AVX-512 / NEON: 32; AVX2/SSE: 16 (target_info.py)
+        return 32 if self.lanes >= 16 else 16
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The kernel a sub-op runs: its ``Blocking.algorithm`` and launch counts.
+
+    ``num_blocks`` is ``Blocking.num_blocks``: parallel tasks (CPU) or thread blocks of the
+    main pass (GPU); ``split`` the split-K partitions (``blockIdx.z``) and ``sum_blocks`` the
+    blocks of split-K's second pass (``grid["sum.blockIdx.x"]``, 0 without split-K).
+    """
+
+    algorithm: str
+    num_blocks: int
+    split: int = 1
+    sum_blocks: int = 0
+
+
+def conv_shape(s: OpSpec) -> tiling.ConvShape:
+    """The light ``Conv2DInfo`` of a conv sub-op (batch 1)."""
+    return tiling.ConvShape(
+        1, s.IC, s.OC, s.out_h, s.out_w, s.KH, s.KW, (s.SH, s.SW), (s.dilation,) * 2, s.groups
+    )
+
+
+def is_dense_conv(s: OpSpec) -> bool:
+    """A conv the groups-1 kernels run (a one-channel depthwise part is one)."""
+    return s.kind in ("conv2d", "depthwise") and s.groups == 1
+
+
+def gpu_variant() -> str:
+    """The tile table the GPU conv rule uses now (``CODL_GPU_CONV`` / ``use_variant``)."""
+    return tiling.current_variant()
+
+
+def gpu_plan(s: OpSpec, m: Machine, variant: str) -> tuple[tiling.ShapeClass, int, int]:
+    """(shape class, split-K factor, padded K per split) of ``gpu_conv.make_plan``."""
+    k = s.IC * s.KH * s.KW
+    pixels = s.out_h * s.out_w
+    row = tiling.shape_class(s.OC, pixels, k, variant)
+    split, k_split = tiling.split_k(row, s.OC, pixels, k, m.sms)
+    return row, split, k_split
+
+
+# ---- CPU rows (dispatch.RULES, family "cpu") -------------------------------------------
+def _cpu_gemm(s: OpSpec, m: Machine) -> Kernel | None:
+    c = conv_shape(s)
+    if not is_dense_conv(s) or not tiling.gemm_wins(c, m):
+        return None
+    return Kernel("gemm-1x1", tiling.gemm_tasks(c, m))
+
+
+def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
+    c = conv_shape(s)
+    if not is_dense_conv(s) or not tiling.winograd_wins(c):
+        return None
+    return Kernel("winograd-2x2-3x3", tiling.winograd_tasks(c, m))
+
+
+def _cpu_direct(s: OpSpec, m: Machine) -> Kernel | None:
+    if not is_dense_conv(s):
+        return None
+    return Kernel("direct-nchwc", tiling.direct_tasks(conv_shape(s), m))
+
+
+def _cpu_grouped(s: OpSpec, _m: Machine) -> Kernel | None:
+    if s.kind not in ("conv2d", "depthwise"):
+        return None
+    depthwise = s.groups == s.IC == s.OC
+    return Kernel("depthwise-direct" if depthwise else "group-direct", s.OC * s.out_h)
+
+
+def _cpu_pool(s: OpSpec, _m: Machine) -> Kernel | None:
+    return Kernel("pool", s.OC * s.out_h) if s.kind in ("pool_max", "pool_avg") else None
+
+
+def _cpu_gemv(s: OpSpec, m: Machine) -> Kernel | None:
+    if s.kind != "dense":
+        return None
+    vb = 2 * m.lanes if s.OC >= 2 * m.lanes else m.lanes
+    blocks = max(1, s.OC // vb)
+    per_task = max(d for d in range(1, 17) if blocks % d == 0)
+    return Kernel("gemv", blocks // per_task)
+
+
+def _cpu_eltwise(s: OpSpec, _m: Machine) -> Kernel | None:
+    # the bias-add + ReLU kernel: all loops but the innermost fused and parallel
+    return Kernel("parallel-loops", s.OC * s.out_h) if s.kind == "elementwise" else None
+
+
+# ---- GPU rows (dispatch.RULES, family "gpu") -------------------------------------------
+def _per_thread(s: OpSpec, m: Machine) -> int:
+    """Blocks of DLight's Fallback: one output per thread, ``max_threads`` per block."""
+    return math.ceil(s.out_elems / m.max_threads)
+
+
+def _gpu_thin_oc(s: OpSpec, m: Machine) -> Kernel | None:
+    if not is_dense_conv(s) or s.OC > 4:
+        return None
+    return Kernel("direct", _per_thread(s, m))
+
+
+def _gpu_tiled(s: OpSpec, m: Machine) -> Kernel | None:
+    variant = gpu_variant()
+    if not is_dense_conv(s) or variant == tiling.DECLINE:
+        return None
+    row, split, _ = gpu_plan(s, m, variant)
+    if row.tile.threads > m.max_threads:
+        return None
+    pixels = s.out_h * s.out_w
+    blocks = math.ceil(s.OC / row.tile.bm) * math.ceil(pixels / row.tile.bn) * split
+    if split == 1:
+        return Kernel("gpu-conv-tiled", blocks)
+    sum_blocks = math.ceil(s.OC * pixels / tiling.SUM_THREADS)
+    return Kernel("gpu-conv-tiled-split-k", blocks, split, sum_blocks)
+
+
+def _gpu_implicit_gemm(s: OpSpec, _m: Machine) -> Kernel | None:
+    if not is_dense_conv(s):
+        return None  # DLight Matmul: 64 OC x 32 pixels per block (not checked against IR)
+    return Kernel("implicit-gemm", math.ceil(s.OC / 64) * math.ceil(s.out_h * s.out_w / 32))
+
+
+def _gpu_fallback(kinds: tuple[str, ...], algorithm: str) -> Callable:
+    def rule(s: OpSpec, m: Machine) -> Kernel | None:
+        return Kernel(algorithm, _per_thread(s, m)) if s.kind in kinds else None
+
+    return rule
+
+
+RULES: dict[str, tuple[Callable[[OpSpec, Machine], Kernel | None], ...]] = {
+    "cpu": (
+        _cpu_gemm, _cpu_winograd, _cpu_direct, _cpu_grouped, _cpu_pool, _cpu_gemv,
+        _cpu_eltwise,
+    ),
+    "gpu": (
+        _gpu_thin_oc, _gpu_tiled, _gpu_implicit_gemm,
+        _gpu_fallback(("conv2d", "depthwise"), "depthwise-direct"),
+        _gpu_fallback(("pool_max", "pool_avg"), "pool"),
+        _gpu_fallback(("dense",), "dlight-fallback"),  # DLight's GEMV rules decline M = 1
+        _gpu_fallback(("elementwise",), "elementwise"),
+    ),
+}  # fmt: skip
+
+
+def kernel(family: str, s: OpSpec, m: Machine) -> Kernel:
+    """The kernel codl-tvm's dispatch table picks for ``s`` on a ``family`` processor."""
+    for rule in RULES[family]:
+        got = rule(s, m)
+        if got is not None:
+            return got
+    raise ValueError(f"no kernel of codl-tvm runs {s.kind} on a {family}")

@@ -1,0 +1,295 @@
+"""Tile choices of codl-tvm's conv kernels from shapes alone (imports no TVM).
+
+The schedules (``schedules/cpu_gemm.py``, ``cpu_winograd.py``, ``gpu_conv.py``) and the
+latency predictor's mirror of them (``predictor/blocking.py``) both call these, so the
+predictor computes the blocking of the kernel that will really run without building its IR
+(and without TVM's compiler: it must load with ``TVM_USE_RUNTIME_LIB=1``). Arguments are
+duck-typed: the schedules pass ``Conv2DInfo``/``TargetInfo``, the predictor :class:`ConvShape`
+and its ``Machine``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from collections.abc import Iterator
+from typing import NamedTuple, Protocol
+
+
+class Conv(Protocol):
+    """What the tile choices read of a conv (``Conv2DInfo`` has it)."""
+
+    n: int
+    ic: int
+    oc: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+
+    @property
+    def groups(self) -> int: ...
+
+
+class Simd(Protocol):
+    """SIMD facts of a CPU (``TargetInfo`` has them)."""
+
+    lanes: int
+    vector_regs: int
+
+
+class ConvShape(NamedTuple):
+    """A light ``Conv2DInfo``: the conv geometry the tile choices need (a tuple: the
+    predictor builds several per prediction)."""
+
+    n: int
+    ic: int
+    oc: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+
+# ---- CPU direct NCHWc (mirror of cpu_conv.conv_tiles; a test keeps the two equal) ---------
+def direct_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(ocb, x_tile): channels per SIMD block and output columns per register tile."""
+    vecs = 2 if c.oc > t.lanes else 1
+    budget = (t.vector_regs - vecs - 2) // vecs
+    return t.lanes * vecs, max(1, min(budget, 14, c.ow))
+
+
+def direct_tasks(c: Conv, t: Simd) -> int:
+    ocb, xt = direct_tiles(c, t)
+    return math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
+
+
+# ---- CPU 1x1 GEMM ---------------------------------------------------------------------
+DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the GEMM wins
+MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
+
+
+def gemm_applies(c: Conv) -> bool:
+    """1x1, stride 1, groups 1 (dilation irrelevant)."""
+    return (c.kh, c.kw, tuple(c.stride), c.groups) == (1, 1, (1, 1), 1)
+
+
+def gemm_wins(c: Conv, t: Simd) -> bool:
+    """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it)."""
+    if not gemm_applies(c):
+        return False
+    ocb, xt = direct_tiles(c, t)
+    col_waste = math.ceil(c.ow / xt) * xt / c.ow
+    return c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt
+
+
+def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(mr, nv): OC rows and pixel SIMD vectors of the register tile."""
+    pixels = c.n * c.oh * c.ow
+    nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
+    budget = max(1, (t.vector_regs - nv - 2) // nv)
+    candidates = range(min(budget, c.oc), 0, -1)
+    mr = min(candidates, key=lambda m: (math.ceil(c.oc / m) * m, -m))
+    return mr, nv
+
+
+def gemm_tasks(c: Conv, t: Simd) -> int:
+    """Parallel (pixel tile, OC block) tasks."""
+    mr, nv = gemm_tiles(c, t)
+    return c.n * math.ceil(c.oh * c.ow / (nv * t.lanes)) * math.ceil(c.oc / mr)
+
+
+# ---- CPU Winograd F(2x2, 3x3) ---------------------------------------------------------
+M_TILE, R_TILE = 2, 4  # output / input tile edge
+
+
+def winograd_applies(c: Conv) -> bool:
+    """3x3, stride 1, dilation 1, groups 1 (any padding)."""
+    return (c.kh, c.kw, tuple(c.stride), tuple(c.dilation), c.groups) == (
+        3, 3, (1, 1), (1, 1), 1,
+    )  # fmt: skip
+
+
+def winograd_wins(c: Conv) -> bool:
+    """Shape part of ``cpu_winograd.wins`` (see there for the measurements behind it)."""
+    return winograd_applies(c) and c.ic >= 64 and c.oc >= 64 and c.ic * c.oc >= 64 * 128
+
+
+def winograd_grid(c: Conv) -> tuple[int, int]:
+    """(tile rows, tile columns) of 2x2 output tiles covering OH x OW."""
+    return math.ceil(c.oh / M_TILE), math.ceil(c.ow / M_TILE)
+
+
+def winograd_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(ocb, pt): channels per SIMD block and Winograd tiles per register tile."""
+    vecs = 2 if c.oc > t.lanes else 1
+    budget = (t.vector_regs - vecs - 2) // vecs
+    th, tw = winograd_grid(c)
+    return t.lanes * vecs, max(1, min(budget, 14, th * tw))
+
+
+def winograd_tasks(c: Conv, t: Simd) -> int:
+    """Parallel (batch, transform element, OC block, tile block) tasks of the batched GEMM."""
+    ocb, pt = winograd_tiles(c, t)
+    th, tw = winograd_grid(c)
+    return c.n * 16 * math.ceil(c.oc / ocb) * math.ceil(th * tw / pt)
+
+
+# ---- GPU tiled implicit GEMM ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """Thread-block tile ``(ty*tm) x (tx*tn) x bk``; ``tm x tn`` outputs per thread."""
+
+    ty: int  # threads along M (output channels)
+    tm: int  # register rows per thread
+    tx: int  # threads along N (output pixels)
+    tn: int  # register columns per thread
+    bk: int  # K step staged in shared memory per iteration
+
+    @property
+    def bm(self) -> int:
+        return self.ty * self.tm
+
+    @property
+    def bn(self) -> int:
+        return self.tx * self.tn
+
+    @property
+    def threads(self) -> int:
+        return self.ty * self.tx
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeClass:
+    """A row of a variant table: the first row whose bounds all hold picks ``tile``."""
+
+    name: str
+    tile: Tile
+    max_oc: int | None = None
+    max_pixels: int | None = None
+    min_oc: int | None = None
+    min_k: int | None = None  # reduction length IC*KH*KW
+    split_k: bool = True  # allow split-K when the grid is short of MIN_WAVES waves
+
+
+BIG = Tile(ty=16, tm=8, tx=16, tn=4, bk=8)  # 128 x 64, 32 accumulators per thread
+MID = Tile(ty=16, tm=4, tx=16, tn=4, bk=16)  # 64 x 64
+TINY_N = Tile(ty=16, tm=4, tx=8, tn=4, bk=16)  # 64 x 32: few pixels, many channels
+NARROW_OC = Tile(ty=8, tm=4, tx=32, tn=4, bk=8)  # 32 x 128
+THIN_OC = Tile(ty=2, tm=2, tx=64, tn=4, bk=8)  # 4 x 256: OC of 1-4 (RGB outputs)
+
+VARIANTS: dict[str, tuple[ShapeClass, ...]] = {
+    # Chosen from the H100 sweep of all variants over the 44 workload convs (KERNELS.md):
+    # the 128x64 tile with split-K wins wherever K > 1024 and OC >= 128 (up to 2.3x over
+    # 64x64 on YOLO's 13x13 layers); 64x64 wins for OC >= 256 with a short K.
+    "tiled": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("deep-k", BIG, min_oc=128, min_k=1025),
+        ShapeClass("wide-oc", MID, min_oc=256),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
+        ShapeClass("mid-n", MID, max_pixels=8192),
+        ShapeClass("big", BIG, min_oc=128),
+        ShapeClass("big-n", MID),
+    ),
+    "tiled-v1": (  # the first table, before the sweep
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024),
+        ShapeClass("mid-n", MID, max_pixels=8192),
+        ShapeClass("big", BIG, min_oc=128),
+        ShapeClass("big-n", MID),
+    ),
+    "tiled-64": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("any", MID),
+    ),
+    "tiled-128": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32),
+        ShapeClass("any", BIG),
+    ),
+    "tiled-nosplitk": (
+        ShapeClass("thin-oc", THIN_OC, max_oc=4, split_k=False),
+        ShapeClass("narrow-oc", NARROW_OC, max_oc=32, split_k=False),
+        ShapeClass("tiny-n", TINY_N, max_pixels=1024, split_k=False),
+        ShapeClass("mid-n", MID, max_pixels=8192, split_k=False),
+        ShapeClass("big", BIG, min_oc=128, split_k=False),
+        ShapeClass("big-n", MID, split_k=False),
+    ),
+}
+DEFAULT_VARIANT = "tiled"
+DECLINE = "dlight"  # variant name under which the tiled rule steps aside for DLight's Matmul
+ENV = "CODL_GPU_CONV"
+
+# Streaming multiprocessors / compute units per target arch; split-K aims at MIN_WAVES waves.
+SMS = {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "opencl": 4}
+DEFAULT_SMS = 80
+MIN_WAVES = 2
+MAX_SPLIT = 16
+MIN_K_PER_SPLIT = 256  # below this a split's blocks spend more on loads than on FMAs
+SUM_THREADS = 128  # threads per block of split-K's second (sum) pass
+
+_override: list[str] = []
+
+
+@contextlib.contextmanager
+def use_variant(name: str) -> Iterator[None]:
+    """Schedule with the tile table ``name`` (or ``"dlight"``) inside the ``with`` block."""
+    if name not in VARIANTS and name != DECLINE:
+        raise ValueError(f"unknown GPU conv variant {name!r}; known: {variant_names()}")
+    _override.append(name)
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def variant_names() -> list[str]:
+    """Every selectable variant, ``"dlight"`` included."""
+    return [*VARIANTS, DECLINE]
+
+
+def current_variant() -> str:
+    name = _override[-1] if _override else os.environ.get(ENV, DEFAULT_VARIANT)
+    if name not in VARIANTS and name != DECLINE:
+        raise ValueError(f"{ENV}={name!r} is not a GPU conv variant; known: {variant_names()}")
+    return name
+
+
+def sm_count(arch: str, kind: str) -> int:
+    """SMs (compute units) of a GPU target ``arch`` / target kind."""
+    return SMS.get(arch, SMS.get(kind, DEFAULT_SMS))
+
+
+def matches(row: ShapeClass, m: int, n: int, k: int) -> bool:
+    return (
+        (row.max_oc is None or m <= row.max_oc)
+        and (row.min_k is None or k >= row.min_k)
+        and (row.min_oc is None or m >= row.min_oc)
+        and (row.max_pixels is None or n <= row.max_pixels)
+    )
+
+
+def shape_class(m: int, n: int, k: int, variant: str) -> ShapeClass:
+    """First row of table ``variant`` matching GEMM sizes ``m`` (OC), ``n`` (pixels), ``k``."""
+    return next(r for r in VARIANTS[variant] if matches(r, m, n, k))
+
+
+def split_k(row: ShapeClass, m: int, n: int, k: int, sms: int) -> tuple[int, int]:
+    """(S, padded K per partition) of split-K for ``row``'s tile on ``sms`` SMs."""
+    tiles = math.ceil(m / row.tile.bm) * math.ceil(n / row.tile.bn)
+    split = 1
+    if row.split_k:
+        want = math.ceil(MIN_WAVES * sms / tiles)
+        split = max(1, min(want, MAX_SPLIT, k // MIN_K_PER_SPLIT))
+    k_split = math.ceil(k / (split * row.tile.bk)) * row.tile.bk
+    return math.ceil(k / k_split), k_split  # drop partitions that would be all padding

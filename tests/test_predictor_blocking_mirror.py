@@ -1,0 +1,206 @@
+"""The predictor's mirror of the dispatch table agrees with the kernels codl-tvm really builds.
+
+For sub-ops of workload convs (H parts with one and odd rows, OC parts not a multiple of any
+block, 1x1, 3x3 s1, stride 2) the real legalized PrimFunc is scheduled for the x86-cuda pair
+(llvm Sapphire Rapids 16 cores, cuda sm_90) and its recorded ``Blocking`` is compared with
+what :func:`codl_tvm.predictor.mirror.kernel` computes from the OpSpec alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+
+from codl_tvm import tiling
+from codl_tvm.predictor import OpSpec, make
+from codl_tvm.predictor.blocking import terms
+from codl_tvm.predictor.codl import AlgorithmFallbackWarning
+from codl_tvm.predictor.mirror import Machine, kernel
+from codl_tvm.profiler import space
+from codl_tvm.schedules import blocking_of
+from codl_tvm.schedules import testing as T
+from codl_tvm.schedules.analysis import Conv2DInfo
+from codl_tvm.schedules.cpu_conv import conv_tiles
+from codl_tvm.schedules.target_info import TargetInfo
+
+CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+TARGETS = {"cpu": CPU, "gpu": CUDA}
+MACHINE = Machine(cores=16, lanes=16, sms=132)
+WORKLOADS = Path("/work/shared/workloads/conv2d.csv")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _func(s: OpSpec):
+    if s.kind in ("conv2d", "depthwise"):
+        attrs = dict(strides=(s.SH, s.SW), padding=s.pad, dilation=(s.dilation,) * 2,
+                     groups=s.groups)  # fmt: skip
+        return T.conv2d_func((1, s.IC, s.H, s.W), (s.OC, s.IC // s.groups, s.KH, s.KW), **attrs)
+    if s.kind == "dense":
+        return T.matmul_func(1, s.IC, s.OC)
+    kind = "max" if s.kind == "pool_max" else "avg"
+    return T.pool2d_func((1, s.IC, s.H, s.W), kind, pool_size=(s.KH, s.KW),
+                         strides=(s.SH, s.SW), padding=s.pad)  # fmt: skip
+
+
+def _parts(op: OpSpec, splits: list[tuple[str, float]]) -> list[OpSpec]:
+    out = []
+    for dim, ratio in splits:
+        if dim == "H" and op.kind == "dense":  # one output row
+            continue
+        for role in ("gpu", "cpu"):
+            part = op.part(role, dim, ratio)
+            if part is not None:
+                out.append(part)
+    return out
+
+
+def _one_row(op: OpSpec) -> float:
+    """A ratio that gives the GPU exactly one output row."""
+    return 0.9 / op.out_h
+
+
+def _cases() -> list[OpSpec]:
+    ops = [s for _, s in space.workload_specs(WORKLOADS)] if WORKLOADS.is_file() else []
+    ops = ops[::5]  # every 5th workload conv: all CNNs of the file, a few seconds
+    subs = []
+    for op in ops:
+        subs += _parts(op, [("H", _one_row(op)), ("OC", 0.37)])
+    hand = [  # awkward shapes: odd rows/columns, OC not a multiple of any tile, strides, 1x1
+        OpSpec("conv2d", 13, 13, 512, 125, 1, 1),  # gemm-1x1 (OC 125)
+        OpSpec("conv2d", 26, 26, 256, 256, 1, 1),  # direct: its tile fits
+        OpSpec("conv2d", 32, 32, 128, 128, 1, 1),  # gemm: 42 columns for 32
+        OpSpec("conv2d", 15, 15, 64, 96, 1, 1, 2, 2),  # 1x1 stride 2: direct
+        OpSpec("conv2d", 13, 13, 1024, 1024, 3, 3, pad=(1, 1, 1, 1)),  # winograd / split-K
+        OpSpec("conv2d", 26, 26, 64, 64, 3, 3, pad=(1, 1, 1, 1)),  # too few channels: direct
+        OpSpec("conv2d", 27, 19, 96, 200, 3, 3, 2, 2, pad=(1, 1, 1, 1)),  # stride 2
+        OpSpec("conv2d", 64, 64, 32, 3, 9, 9, pad=(4, 4, 4, 4)),  # RGB output: thin-oc
+        OpSpec("conv2d", 7, 7, 2048, 33, 1, 1),  # narrow OC
+        OpSpec("conv2d", 40, 50, 16, 300, 5, 5, pad=(2, 2, 2, 2)),  # 5x5
+        OpSpec("depthwise", 28, 28, 96, 96, 3, 3, pad=(1, 1, 1, 1), groups=96),
+        OpSpec("conv2d", 14, 14, 64, 128, 3, 3, pad=(1, 1, 1, 1), groups=4),  # grouped
+        OpSpec("pool_max", 27, 27, 64, 64, 3, 3, 2, 2),
+        OpSpec("dense", 1, 1, 1000, 70),
+    ]
+    for op in hand:
+        subs.append(op)
+        subs += _parts(op, [("H", _one_row(op)), ("H", 0.5), ("OC", 0.3)])
+    return subs
+
+
+def _agree(family: str, s: OpSpec) -> list[str]:
+    got = blocking_of(T.schedule(_func(s), TARGETS[family]))
+    want = kernel(family, s, MACHINE)
+    diffs = []
+    if (got.algorithm, got.num_blocks) != (want.algorithm, want.num_blocks):
+        diffs.append(f"{got.algorithm}/{got.num_blocks} != {want.algorithm}/{want.num_blocks}")
+    if got.algorithm.startswith("gpu-conv-tiled"):
+        seen = (got.grid["blockIdx.z"], got.grid.get("sum.blockIdx.x", 0))
+        if seen != (want.split, want.sum_blocks):
+            diffs.append(f"split/sum {seen} != {(want.split, want.sum_blocks)}")
+    return [f"{family} {s}: {d}" for d in diffs]
+
+
+def test_mirror_matches_scheduled_kernels():
+    cases = _cases()
+    assert len(cases) >= 60
+    bad = [d for s in cases for fam in ("cpu", "gpu") for d in _agree(fam, s)]
+    assert not bad, "\n".join(bad[:20])
+    # the grid reaches every conv kernel of the dispatch table
+    algos = {kernel(f, s, MACHINE).algorithm for s in cases for f in ("cpu", "gpu")}
+    assert {"gemm-1x1", "winograd-2x2-3x3", "direct-nchwc", "direct", "gpu-conv-tiled",
+            "gpu-conv-tiled-split-k"} <= algos  # fmt: skip
+
+
+def test_mirror_follows_the_gpu_variant():
+    s = OpSpec("conv2d", 13, 13, 1024, 512, 3, 3, pad=(1, 1, 1, 1))
+    with tiling.use_variant("tiled-nosplitk"):
+        assert kernel("gpu", s, MACHINE).algorithm == "gpu-conv-tiled"
+        assert _agree("gpu", s) == []
+    with tiling.use_variant("dlight"):
+        for op in (s, OpSpec("conv2d", 56, 56, 64, 128, 1, 1), OpSpec("conv2d", 7, 9, 9, 70, 3, 3)):
+            assert kernel("gpu", op, MACHINE).algorithm == "implicit-gemm"
+            assert _agree("gpu", op) == []  # DLight Matmul: 64 OC x 32 pixels per block
+
+
+@pytest.mark.parametrize("lanes, regs", [(16, 32), (8, 16), (4, 16)])  # Machine: regs of lanes
+def test_pure_direct_tiles_equal_the_schedule(lanes, regs):
+    for oc in (1, 3, 8, 16, 17, 32, 33, 125):
+        for ow in (1, 2, 7, 13, 14, 15, 52):
+            c = Conv2DInfo(1, 8, 9, ow, oc, 8, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), 9, ow)
+            info = TargetInfo("cpu", "llvm", lanes, regs, 16, 1)
+            assert tiling.direct_tiles(c, Machine(lanes=lanes)) == conv_tiles(c, info)
+
+
+def test_predictor_imports_no_tvm():
+    code = "import sys, codl_tvm.predictor; print(sum(m.startswith('tvm') for m in sys.modules))"
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "0"
+
+
+def _rows_with_new_labels() -> list[dict]:
+    """x86-cuda-like rows labelled as the profiler labels them (the schedules' algorithm),
+    latencies from known unit times on the mirror's own terms."""
+    specs = space.sample_specs(60, 1, max_flops=2e9, kinds=["conv2d", "pool_max", "dense"])
+    rows = []
+    for job in space.compute_jobs(specs, (0.3, 0.7, 1.0)):
+        fam = job.role
+        k = kernel(fam, job.sub, MACHINE)
+        x = terms(fam, job.sub, MACHINE)
+        unit = 0.003 if fam == "cpu" else 0.0007
+        target = CPU if fam == "cpu" else {"kind": "cuda", "arch": "sm_90"}
+        row = job.row("x86-cuda", target)
+        row.update(algorithm=k.algorithm, block=1, unit=16 if fam == "cpu" else 32,
+                   cores=16 if fam == "cpu" else 132, spread_us=0.0, repeat=3,
+                   latency_us=5.0 + unit * sum(x[1:]))  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def test_training_on_new_labels_keys_the_models_prediction_uses():
+    rows = _rows_with_new_labels()
+    labels = {r["algorithm"] for r in rows}
+    assert {"gemm-1x1", "gpu-conv-tiled", "direct-nchwc"} <= labels
+    p = make("codl").fit(rows)
+    assert any("/gemm-1x1" in k for k in p.t_) and any("gpu-conv-tiled/" in k for k in p.t_)
+    assert not any("split-k" in k for k in p.t_)  # split-K shares the tiled model
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AlgorithmFallbackWarning)
+        for r in rows:  # predict_op's path (no algorithm given) = the rows' labels
+            sub = p._key(r["role"], make_sub(r), None)
+            assert sub == p._key(r["role"], make_sub(r), r["algorithm"])
+            assert sub in p.t_
+    got = p.predict(rows)
+    want = np.array([r["latency_us"] for r in rows])
+    assert np.median(np.abs(got / want - 1)) < 0.02
+
+
+def make_sub(row: dict) -> OpSpec:
+    from codl_tvm.predictor.base import sub_spec
+
+    return sub_spec(row)
+
+
+def test_old_predictor_files_load_and_warn_once_per_missing_kernel(tmp_path):
+    from pathlib import Path
+
+    from codl_tvm.predictor import load
+
+    # the H100 predictor shipped before model keys named algorithms (session 1)
+    p = load(Path(__file__).parent / "data" / "predictor-x86-cuda-before-algorithms.json")
+    assert "cpu/conv2d/direct-nchwc/k1" in p.t_ and "gpu/conv2d/implicit-gemm/kn" in p.t_
+    op = OpSpec("conv2d", 13, 13, 512, 125, 1, 1)  # gemm-1x1: no model in that file
+    with pytest.warns(AlgorithmFallbackWarning, match="gemm-1x1"):
+        first = p.kernel_us("cpu", op)
+    assert first == pytest.approx(p._kernel_us("cpu", op, "direct-nchwc"))
+    assert math.isfinite(p.predict_op(op, "OC", 0.5)["total_us"])
