@@ -15,6 +15,11 @@ is built only for shapes up to ``--default-cpu-gflop`` (the table says which wer
 table of ``codl_tvm/schedules/gpu_conv.py`` (``dlight`` = the DLight implicit GEMM) as
 libraries ``gpu_var-<name>``; ``run`` then times them too, checks their outputs against
 the default GPU kernel and prints one median line per variant.
+
+``build --gpu-winograd`` adds the library ``gpu_var-winograd``: the 3x3 stride-1 convs only,
+scheduled with ``CODL_GPU_WINOGRAD=1`` (``codl_tvm/schedules/gpu_winograd.py``, off in the
+dispatch until measured); ``run`` reports it over those shapes, with its median speed-up
+over ``gpu_ours`` on the same shapes.
 """
 
 from __future__ import annotations
@@ -56,8 +61,24 @@ def _build_lib(funcs: dict, target, path: Path) -> None:
     tvm.compile(mod, target=target).export_library(str(path))
 
 
+def _winograd_kernel(name: str, func, target):
+    """``func`` scheduled by the GPU Winograd rule, or ``None`` where it does not apply."""
+    from codl_tvm.schedules import blocking_of, gpu_winograd
+    from codl_tvm.schedules import testing as T
+    from codl_tvm.schedules.analysis import analyze
+
+    if not gpu_winograd.applies(analyze(func).conv):
+        return None
+    with gpu_winograd.enable():
+        var = T.schedule(func, target)
+    if blocking_of(var).rule != "gpu-conv2d-winograd":
+        print(f"warning: GPU Winograd declined {name}; left out of gpu_var-winograd")
+        return None
+    return var
+
+
 def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None,
-          variants: list[str]) -> None:
+          variants: list[str], winograd: bool = False) -> None:
     import tvm
     from kernel_shapes import make_func
     from tqdm import tqdm
@@ -78,6 +99,9 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None,
     libs: dict[str, dict] = {f"{p}_{v}": {} for p in targets for v in ("default", "ours")}
     variants = variants if "gpu" in targets else []
     libs.update({f"gpu_var-{v}": {} for v in variants})
+    winograd = winograd and "gpu" in targets
+    if winograd:
+        libs["gpu_var-winograd"] = {}
     manifest = {"pair": pair, "targets": cfg, "kernels": [], "libs": {}}
     for spec in tqdm(specs, desc="schedule"):
         func = make_func(spec)
@@ -100,6 +124,12 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None,
                     libs[f"gpu_var-{v}"][spec.name] = var
                     entry["blocking"][f"gpu_var-{v}"] = json.loads(blocking_of(var).to_json())
                     entry["runs"][f"gpu_var-{v}"] = True
+                wino = _winograd_kernel(spec.name, func, target) if winograd else None
+                if wino is not None:
+                    libs["gpu_var-winograd"][spec.name] = wino
+                    entry["blocking"]["gpu_var-winograd"] = json.loads(
+                        blocking_of(wino).to_json())
+                    entry["runs"]["gpu_var-winograd"] = True
             elif spec.flops <= default_cpu_gflop * 1e9 or spec.op != "conv2d":
                 libs["cpu_default"][spec.name] = func
                 entry["runs"]["cpu_default"] = True
@@ -111,7 +141,8 @@ def build(pair: str, out: Path, default_cpu_gflop: float, only: str | None,
             manifest["libs"][name] = f"{name}.so"
     _build_lib({"fma_peak": peak_func(cpu)}, cpu, out / "peak_cpu.so")
     manifest["peak_cpu"] = {"flops": peak_flops(cpu), "args": peak_args_shapes(cpu)}
-    manifest["gpu_conv_variants"] = variants
+    # a variant library may hold only some kernels (winograd: 3x3 s1); entry["runs"] says which
+    manifest["gpu_conv_variants"] = variants + (["winograd"] if winograd else [])
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"wrote {len(specs)} kernels x {len(manifest['libs'])} libraries to {out}")
 
@@ -132,10 +163,13 @@ def _check_variants(d: Path, manifest: dict) -> dict[str, float]:
                 for s in k["args"]]
         outs = {}
         for n in names:
-            libs[n][k["name"]](*args)
-            outs[n] = args[-1].numpy().copy()
+            if k["runs"].get(n):  # a variant library may lack this kernel
+                libs[n][k["name"]](*args)
+                outs[n] = args[-1].numpy().copy()
         ref = outs["gpu_default"]
         for n in names[1:]:
+            if n not in outs:
+                continue
             err = float(np.abs(outs[n] - ref).max() / max(np.abs(ref).max(), 1e-30))
             worst[n] = max(worst[n], err)
             if err > 1e-4:
@@ -159,7 +193,12 @@ def variant_report(d: Path, json_out: Path) -> None:
         pct = [r[f"{lib}_pct_peak"] for r in convs if f"{lib}_pct_peak" in r]
         if pct:
             report[lib] = {"median_pct_peak": statistics.median(pct), "min": min(pct),
-                           "max": max(pct), "max_rel_err": worst.get(lib)}
+                           "max": max(pct), "max_rel_err": worst.get(lib), "shapes": len(pct)}
+            # variants holding a subset of the shapes: compare on those shapes only
+            both = [r for r in convs if f"{lib}_us" in r and "gpu_ours_us" in r]
+            if lib != "gpu_ours" and both:
+                report[lib]["median_speedup_vs_gpu_ours"] = statistics.median(
+                    r["gpu_ours_us"] / r[f"{lib}_us"] for r in both)
     best = {r["name"]: max((lib for lib in report if f"{lib}_pct_peak" in r),
                            key=lambda lib, r=r: r[f"{lib}_pct_peak"]) for r in convs}
     data["gpu_conv_variants"] = {"summary": report, "best_per_kernel": best}
@@ -167,8 +206,10 @@ def variant_report(d: Path, json_out: Path) -> None:
     print("\nGPU conv2d variants (% of measured FP32 peak over shapes):")
     for lib, e in report.items():
         err = "-" if e["max_rel_err"] is None else f"{e['max_rel_err']:.1e}"
+        vs = e.get("median_speedup_vs_gpu_ours")
+        vs = "" if vs is None else f"  {vs:.2f}x gpu_ours"
         print(f"  {lib:<24} median {e['median_pct_peak']:5.1f}%  min {e['min']:5.1f}%  "
-              f"max {e['max']:5.1f}%  max rel. err {err}")
+              f"max {e['max']:5.1f}%  max rel. err {err}  ({e['shapes']} shapes){vs}")
 
 
 if __name__ == "__main__":
@@ -182,6 +223,8 @@ if __name__ == "__main__":
     b.add_argument("--only", choices=["conv2d", "pool2d", "dense"])
     b.add_argument("--gpu-conv-variants", default="",
                    help="comma-separated gpu_conv tile tables (or dlight) to build side by side")
+    b.add_argument("--gpu-winograd", action="store_true",
+                   help="also build library gpu_var-winograd: the 3x3 s1 convs by GPU Winograd")
     r = sub.add_parser("run", help="time exported kernels with the TVM runtime only")
     r.add_argument("dir", type=Path)
     r.add_argument("--json", type=Path, required=True)
@@ -190,7 +233,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.cmd == "build":
         variants = [v for v in args.gpu_conv_variants.split(",") if v]
-        build(args.pair, args.out, args.default_cpu_gflop, args.only, variants)
+        build(args.pair, args.out, args.default_cpu_gflop, args.only, variants,
+              args.gpu_winograd)
     else:
         from kernel_run import run
 

@@ -21,7 +21,9 @@ export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
 if [ -d /tmp/benchroot/bench/oracle-bundle ]; then
   python3 codl_tvm/profiler/bundle_runner.py /tmp/benchroot/bench/oracle-bundle \
     -o "$OUT/oracle-samples.csv" --deadline-s "$ORACLE_DEADLINE_S" --max-call-s 2 \
+    --warm-jobs 14 --rounds "${ORACLE_ROUNDS:-1}" \
     > "$OUT/oracle-runner.log" 2>&1 || echo "oracle bundle: see oracle-runner.log"
 fi
+[ "$BENCH_DEADLINE_S" = 0 ] && exit 0  # oracle measurements only
 python3 benchmarks/bench_models.py run /tmp/benchroot/bench -o "$OUT/bench-h100.json" \
   --deadline-s "$BENCH_DEADLINE_S" --jobs 14 2>&1 | tee "$OUT/bench.log"

@@ -16,7 +16,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
-from . import cpu_conv, cpu_gemm, cpu_rules, cpu_winograd, gpu_conv, gpu_rules
+from . import cpu_conv, cpu_gemm, cpu_rules, cpu_winograd, gpu_conv, gpu_rules, gpu_winograd
 from .analysis import OpInfo, analyze, matmul_dims
 from .blocking import Blocking
 from .rebuild import Unsupported, inline_epilogue, rebuild
@@ -158,6 +158,9 @@ RULES: tuple[Rule, ...] = (
     # OC <= 4 (RGB outputs): one output per thread beat every GEMM tiling on the H100 (10% vs
     # 5% of peak on fast-style-transfer's last layer), the GEMM's M side being 3 rows
     Rule("gpu-conv2d-thin-oc", "gpu", ("conv2d",), _thin_oc, _dlight(("fallback",), "direct")),
+    # 3x3 s1 Winograd F(2x2,3x3): off unless CODL_GPU_WINOGRAD=1; enabled per shape once
+    # measured on the H100 (benchmarks/kernels.py build --gpu-winograd)
+    Rule("gpu-conv2d-winograd", "gpu", ("conv2d",), gpu_winograd.wins, gpu_winograd.apply),
     Rule("gpu-conv2d-tiled", "gpu", ("conv2d",), _f32, gpu_conv.apply),
     Rule("gpu-conv2d-implicit-gemm", "gpu", ("conv2d",), _always,
          _dlight(("matmul", "fallback"), "implicit-gemm")),
