@@ -160,6 +160,9 @@ def test_offline_bench_bundle_runs_runtime_only(measured, tmp_path):
     assert main(["bench", "tiny-cnn", "--pair", "cpu-pair", "--predictor", "measured",
                  "--cache", str(cache), "--plans", "cpu-only,gpu-only,codl,oracle",
                  "--bundle", str(folder)]) == 0
+    # rebuilding one plan keeps the others
+    assert main(["bench", "tiny-cnn", "--pair", "cpu-pair", "--predictor", "measured",
+                 "--cache", str(cache), "--plans", "oracle", "--bundle", str(folder)]) == 0
     index = json.loads((folder / "index.json").read_text())
     assert set(index["tiny-cnn"]["plans"]) == {"cpu-only", "gpu-only", "codl", "oracle"}
     assert (folder / "tiny-cnn" / "cpu-only" / "manifest.json").is_file()

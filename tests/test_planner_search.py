@@ -150,3 +150,42 @@ def test_shipped_predictor_is_the_default_for_its_pair():
     costs = resolve_costs(None, DevicePair.preset("x86-cuda", arch="sm_90"))
     assert isinstance(costs, PredictorCosts) and costs.predictor.pair_ == "x86-cuda"
     assert resolve_costs(None, DevicePair.preset("cpu-pair")) is None
+
+
+@dataclass
+class WholeOnlyCosts(RowCosts):
+    """Measured costs that hold whole ops only (a profiling bundle cut by its size cap)."""
+
+    whole_h: int = 32
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        if sub.H != self.whole_h:
+            raise KeyError(f"no measurement of {sub}")
+        return super().kernel_us(role, sub)
+
+
+def test_unmeasured_split_parts_are_not_options():
+    """Regression: the oracle crashed on a split part its bundle had left out."""
+    choice = best_choice(Evaluator(WholeOnlyCosts()), conv_node(0, h=32, last=True),
+                         ratio_grid(0.05))
+    assert choice.place in ("gpu", "cpu") and choice.split is None
+
+
+@dataclass
+class SlowCpuRowCosts(RowCosts):
+    """The CPU takes twice the GPU's time per row: the best GPU share is 2/3."""
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return (20.0 if role == "cpu" else 10.0) * sub.H
+
+
+def test_oracle_only_picks_measured_ratios():
+    """Regression: oracle plans at unmeasured 0.85-0.95 ratios lost up to 2.9x on the H100."""
+    nodes = [conv_node(i, h=32, last=(i == 3)) for i in range(4)]
+    ev = Evaluator(SlowCpuRowCosts())
+    assert any(r not in (0.25, 0.5, 0.75) for *_, r in STRATEGIES["codl"].fn(
+        nodes, ev, Options(memory_cap=None)).ops.values() if r is not None)  # codl: 0.05 grid
+    lay = STRATEGIES["oracle"].fn(nodes, ev, Options(memory_cap=None))
+    ratios = [r for p, _, r in lay.ops.values() if p == "split"]
+    ratios += [r for _, _, r in lay.chains]
+    assert ratios and all(round(r / 0.25, 6).is_integer() for r in ratios)

@@ -35,7 +35,10 @@ INDEX = "index.json"
 def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], costs: Any,
           oracle_costs: Any = None) -> dict[str, Any]:
     """Plan ``mod`` with every strategy of ``names``, export each distinct plan under
-    ``out/model/``, and record the model in ``out/index.json``; returns its index entry."""
+    ``out/model/``, and record the model in ``out/index.json``; returns its index entry.
+
+    Plans of the model built earlier into the same folder (for the same pair) and not named
+    in ``names`` are kept, so a plan can be added or rebuilt on its own."""
     from .. import compile as codl_compile
     from ..plan import write_json_atomic
     from .bench import plan_all, plan_key
@@ -46,13 +49,17 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     index_path = out / INDEX
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     mg = build_graph(mod)
-    entry: dict[str, Any] = {"pair": pair.name, "plans": {}}
+    old = index.get(model, {})
+    kept = {n: p for n, p in old.get("plans", {}).items()
+            if n not in names and old.get("pair") == pair.name}
+    entry: dict[str, Any] = {"pair": pair.name, "plans": dict(kept)}
     src = oracle_costs or costs
     if src is not None:
         ev = Evaluator(src)
         entry["per_op_us"] = [[ev.whole(n, "cpu"), ev.whole(n, "gpu")] for n in mg.nodes]
         entry["per_op_source"] = src.label
-    reps: dict[str, str] = {}
+    # plans kept from an earlier build of this model stay the representatives of their content
+    reps: dict[str, str] = {p["key"]: n for n, p in kept.items() if "same_as" not in p}
     for name, res in plan_all(mg, names, costs, oracle_costs).items():
         key = plan_key(res.plan)
         rep = reps.setdefault(key, name)

@@ -138,7 +138,10 @@ class Evaluator:
         if parts is None:
             return None
         rep = nodes[0].repeat
-        t = {r: sum(self.kernel(r, s) for s in parts[r]) * rep for r in ROLES}
+        try:
+            t = {r: sum(self.kernel(r, s) for s in parts[r]) * rep for r in ROLES}
+        except KeyError:  # measured costs without this part: the split is not an option
+            return None
         head, last = nodes[0].spec, nodes[-1]
         cpu_in, gpu_in = parts["cpu"][0].in_bytes * rep, parts["gpu"][0].in_bytes * rep
         share = self.share("to_cpu", "cpu", cpu_in)
