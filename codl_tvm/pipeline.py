@@ -13,6 +13,7 @@ from tvm.relax import transform as rt
 from .device import DevicePair
 from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
 from .passes import adreno_texture as tex
+from .passes import texture_scope as scope
 from .plan import Plan
 
 
@@ -95,11 +96,11 @@ def texture_phases(
             # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
             adreno = dl.ApplyDefaultSchedule(
                 dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D())
-            passes = [tex.AnnotateTextureScope(), adreno, tex.CheckTextureWriters(), *passes]
+            passes = [scope.AnnotateTextureScope(), adreno, scope.CheckTextureWriters(), *passes]
         elif name == "lower":
             at = next(i for i, p in enumerate(passes) if p.info.name == "CallTIRRewrite") + 1
-            passes = [*passes[:at], tex.FoldTextureDeviceIndex(), *passes[at:],
-                      TextureFlatten(), tex.TypeTextureStores]
+            passes = [*passes[:at], scope.FoldTextureDeviceIndex(), *passes[at:],
+                      TextureFlatten(), scope.TypeTextureStores]
         out.append((name, [*passes, *extra.get(name, [])]))
     return out
 

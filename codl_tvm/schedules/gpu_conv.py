@@ -184,9 +184,12 @@ def _cooperative(
     _bind(sch, tx, "threadIdx.x", threads)
 
 
-def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True) -> None:
+def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True,
+                  weights_along_k: bool = True) -> None:
     """Block tile, shared staging, register tile and K unroll on :func:`conv_compute`'s
-    blocks (epilogue blocks, if any, are inlined by the caller afterwards)."""
+    blocks (epilogue blocks, if any, are inlined by the caller afterwards). The outer loop
+    goes to ``blockIdx.z`` (split-K parts here, Winograd's 16 positions in gpu_winograd);
+    ``weights_along_k``: the weight tile is contiguous along K in global memory (else M)."""
     tile = plan.tile
     conv = sch.get_sblock("codl_conv")
     s, f, p, r = sch.get_loops(conv)
@@ -203,7 +206,7 @@ def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True) -> None:
         stage = sch.get_sblock(name)
         sch.set_scope(stage, 0, "shared")
         sch.compute_at(stage, ko)
-        _cooperative(sch, name, tile, threads, k_inner=name == "codl_wt")
+        _cooperative(sch, name, tile, threads, k_inner=weights_along_k and name == "codl_wt")
     for index in (0, 1):
         reg = sch.cache_read(conv, index, "local")
         sch.compute_at(reg, ki)

@@ -35,11 +35,12 @@ from tvm.s_tir import Schedule
 from codl_tvm import tiling
 from codl_tvm.tiling import M_TILE, R_TILE, Tile
 
+from . import gpu_conv
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape
 from .cpu_winograd import AT, BT, G, _combine, _select
-from .gpu_conv import _bind, _cooperative
+from .gpu_conv import _bind
 from .rebuild import Unsupported, inline_epilogue, rebuild
 from .target_info import TargetInfo
 
@@ -212,36 +213,6 @@ def _schedule_transform(sch: Schedule, name: str, threads: bool) -> None:
     sch.unroll(e)
 
 
-def _schedule_gemm(sch: Schedule, plan: Plan, threads: bool) -> None:
-    """:func:`gpu_conv.schedule_conv` with ``e`` on ``blockIdx.z``; both shared tiles are
-    contiguous along M/N in global memory, so the cooperative loads run along those."""
-    tile = plan.tile
-    gemm = sch.get_sblock("codl_conv")
-    e, f, p, r = sch.get_loops(gemm)
-    fo, fy, fi = sch.split(f, [None, tile.ty, tile.tm])
-    po, px, pi = sch.split(p, [None, tile.tx, tile.tn])
-    ko, ki = sch.split(r, [None, tile.bk])
-    sch.reorder(e, fo, po, fy, px, ko, ki, fi, pi)
-    for loop, tag in ((e, "blockIdx.z"), (fo, "blockIdx.y"), (po, "blockIdx.x"),
-                      (fy, "threadIdx.y"), (px, "threadIdx.x")):
-        _bind(sch, loop, tag, threads)
-    acc = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(acc, px)
-    for name in ("codl_wt", "codl_im2col"):
-        stage = sch.get_sblock(name)
-        sch.set_scope(stage, 0, "shared")
-        sch.compute_at(stage, ko)
-        _cooperative(sch, name, tile, threads, k_inner=False)
-    for index in (0, 1):
-        reg = sch.cache_read(gemm, index, "local")
-        sch.compute_at(reg, ki)
-        sch.vectorize(sch.get_loops(reg)[-1])
-    sch.unroll(ki)
-    sch.unroll(fi)
-    sch.unroll(pi)
-    sch.decompose_reduction(gemm, ko)
-
-
 def _schedule_output(sch: Schedule, threads: bool) -> None:
     """One thread per (batch, oc, 2x2 tile): ``Y`` of the tile in registers, then its up to
     four outputs (with the epilogue) written; odd OH/OW leave the last tile half-written."""
@@ -273,7 +244,8 @@ def scheduled(func, info: OpInfo, plan: Plan, threads: bool = True):
     inline_epilogue(sch, "codl_unpack")
     for name in ("codl_wino_v", "codl_wino_u"):
         _schedule_transform(sch, name, threads)
-    _schedule_gemm(sch, plan, threads)
+    # both shared tiles are contiguous along M/N in global memory
+    gpu_conv.schedule_conv(sch, plan, threads, weights_along_k=False)
     _schedule_output(sch, threads)
     return sch.mod["main"]
 
