@@ -293,3 +293,40 @@ def split_k(row: ShapeClass, m: int, n: int, k: int, sms: int) -> tuple[int, int
         split = max(1, min(want, MAX_SPLIT, k // MIN_K_PER_SPLIT))
     k_split = math.ceil(k / (split * row.tile.bk)) * row.tile.bk
     return math.ceil(k / k_split), k_split  # drop partitions that would be all padding
+
+
+# ---- GPU Winograd F(2x2, 3x3) -----------------------------------------------------------
+WINOGRAD_ENV = "CODL_GPU_WINOGRAD"
+GPU_WINOGRAD_MIN_IC = 32  # H100: 1.02-2.35x over the tiled conv on all 26 workload shapes with
+#                          IC >= 32, 0.28-0.32x on the three with IC = 3
+#                          (benchmarks/results/kernels-h100-winograd.json)
+WINOGRAD_TRANSFORM_THREADS = 128  # threads per block of the transform kernels (memory-bound)
+
+
+def gpu_winograd_enabled() -> bool:
+    """On unless ``CODL_GPU_WINOGRAD=0``."""
+    return os.environ.get(WINOGRAD_ENV, "") != "0"
+
+
+def gpu_winograd_wins(c: Conv, min_ic: int = GPU_WINOGRAD_MIN_IC) -> bool:
+    """Shape and switch part of ``gpu_winograd.wins`` (the dtype is the caller's check)."""
+    return gpu_winograd_enabled() and winograd_applies(c) and c.ic >= min_ic
+
+
+def gpu_winograd_gemm(c: Conv) -> tuple[ShapeClass, int, int]:
+    """(shape class, tile rows, tile columns) of the 16 batched GEMMs: M = OC, N = 2x2 tiles
+    of the whole batch, K = IC, from the default tile table (the variant does not apply)."""
+    th, tw = winograd_grid(c)
+    return shape_class(c.oc, c.n * th * tw, c.ic, DEFAULT_VARIANT), th, tw
+
+
+def gpu_winograd_grid(c: Conv, tile: Tile, th: int, tw: int) -> dict[str, int]:
+    """Launch grid of the batched GEMM (``blockIdx.z`` = the 16 transform positions) and, under
+    ``v.``/``u.``/``y.``, of the input, weight and output transforms."""
+    n = c.n * th * tw
+    grid = {"blockIdx.x": math.ceil(n / tile.bn), "blockIdx.y": math.ceil(c.oc / tile.bm),
+            "blockIdx.z": 16, "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}  # fmt: skip
+    for key, items in (("v", c.ic * n), ("u", c.ic * c.oc), ("y", c.oc * n)):
+        grid[f"{key}.blockIdx.x"] = math.ceil(items / WINOGRAD_TRANSFORM_THREADS)
+        grid[f"{key}.threadIdx.x"] = WINOGRAD_TRANSFORM_THREADS
+    return grid

@@ -3,7 +3,9 @@
 For sub-ops of workload convs (H parts with one and odd rows, OC parts not a multiple of any
 block, 1x1, 3x3 s1, stride 2) the real legalized PrimFunc is scheduled for the x86-cuda pair
 (llvm Sapphire Rapids 16 cores, cuda sm_90) and its recorded ``Blocking`` is compared with
-what :func:`codl_tvm.predictor.mirror.kernel` computes from the OpSpec alone.
+what :func:`codl_tvm.predictor.mirror.kernel` computes from the OpSpec alone, with the GPU
+Winograd rule on (its default: 3x3 s1 IC >= 32 parts run it) and off (they run the tiled conv).
+The Winograd kernel's four launch grids are also read back from the scheduled IR.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 import tvm
 
 from codl_tvm import tiling
-from codl_tvm.predictor import OpSpec, make
+from codl_tvm.predictor import OpSpec, make, mirror
 from codl_tvm.predictor.blocking import terms
 from codl_tvm.predictor.codl import AlgorithmFallbackWarning
 from codl_tvm.predictor.mirror import Machine, kernel
@@ -29,6 +31,7 @@ from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import testing as T
 from codl_tvm.schedules.analysis import Conv2DInfo
 from codl_tvm.schedules.cpu_conv import conv_tiles
+from codl_tvm.schedules.gpu_conv import kernel_grids
 from codl_tvm.schedules.target_info import TargetInfo
 
 CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
@@ -81,6 +84,9 @@ def _cases() -> list[OpSpec]:
         OpSpec("conv2d", 15, 15, 64, 96, 1, 1, 2, 2),  # 1x1 stride 2: direct
         OpSpec("conv2d", 13, 13, 1024, 1024, 3, 3, pad=(1, 1, 1, 1)),  # winograd / split-K
         OpSpec("conv2d", 26, 26, 64, 64, 3, 3, pad=(1, 1, 1, 1)),  # too few channels: direct
+        OpSpec("conv2d", 7, 13, 32, 70, 3, 3, pad=(0, 1, 1, 1)),  # GPU winograd: IC = MIN_IC
+        OpSpec("conv2d", 9, 9, 31, 64, 3, 3, pad=(1, 1, 1, 1)),  # IC = 31: no GPU winograd
+        OpSpec("conv2d", 56, 56, 256, 8, 3, 3, pad=(1, 1, 1, 1)),  # winograd, OC of 8
         OpSpec("conv2d", 27, 19, 96, 200, 3, 3, 2, 2, pad=(1, 1, 1, 1)),  # stride 2
         OpSpec("conv2d", 64, 64, 32, 3, 9, 9, pad=(4, 4, 4, 4)),  # RGB output: thin-oc
         OpSpec("conv2d", 7, 7, 2048, 33, 1, 1),  # narrow OC
@@ -97,7 +103,8 @@ def _cases() -> list[OpSpec]:
 
 
 def _agree(family: str, s: OpSpec) -> list[str]:
-    got = blocking_of(T.schedule(_func(s), TARGETS[family]))
+    func = T.schedule(_func(s), TARGETS[family])
+    got = blocking_of(func)
     want = kernel(family, s, MACHINE)
     diffs = []
     if (got.algorithm, got.num_blocks) != (want.algorithm, want.num_blocks):
@@ -106,22 +113,59 @@ def _agree(family: str, s: OpSpec) -> list[str]:
         seen = (got.grid["blockIdx.z"], got.grid.get("sum.blockIdx.x", 0))
         if seen != (want.split, want.sum_blocks):
             diffs.append(f"split/sum {seen} != {(want.split, want.sum_blocks)}")
+    if got.algorithm == "gpu-winograd-2x2-3x3" == want.algorithm:
+        diffs += _winograd_grids(func, got.grid, dict(want.grid))
     return [f"{family} {s}: {d}" for d in diffs]
 
 
-def test_mirror_matches_scheduled_kernels():
-    cases = _cases()
+def _winograd_grids(func, recorded: dict[str, int], mirrored: dict[str, int]) -> list[str]:
+    """The mirror's grid against the recorded one and the launches of the scheduled IR
+    (program order: weight transform, input transform, batched GEMM, output transform)."""
+    diffs = [] if recorded == mirrored else [f"grid {recorded} != {mirrored}"]
+    sub = {key: {k.split(".", 1)[1]: v for k, v in mirrored.items() if k.startswith(f"{key}.")}
+           for key in ("u", "v", "y")}  # fmt: skip
+    gemm = {k: v for k, v in mirrored.items() if k.startswith(("blockIdx", "threadIdx"))}
+    seen = kernel_grids(func)
+    if seen != [sub["u"], sub["v"], gemm, sub["y"]]:
+        diffs.append(f"IR grids {seen} != {mirrored}")
+    return diffs
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[OpSpec]:
+    return _cases()
+
+
+def test_mirror_matches_scheduled_kernels(cases):
     assert len(cases) >= 60
     bad = [d for s in cases for fam in ("cpu", "gpu") for d in _agree(fam, s)]
     assert not bad, "\n".join(bad[:20])
     # the grid reaches every conv kernel of the dispatch table
     algos = {kernel(f, s, MACHINE).algorithm for s in cases for f in ("cpu", "gpu")}
     assert {"gemm-1x1", "winograd-2x2-3x3", "direct-nchwc", "direct", "gpu-conv-tiled",
-            "gpu-conv-tiled-split-k"} <= algos  # fmt: skip
+            "gpu-winograd-2x2-3x3"} <= algos  # fmt: skip
+    wino = [s for s in cases if kernel("gpu", s, MACHINE).algorithm == "gpu-winograd-2x2-3x3"]
+    assert len(wino) >= 10 and any(s.out_h == 1 for s in wino)
 
 
-def test_mirror_follows_the_gpu_variant():
+def test_mirror_matches_without_gpu_winograd(cases, monkeypatch):
+    """``CODL_GPU_WINOGRAD=0``: the 3x3 s1 IC >= 32 parts go back to the tiled conv."""
+    three = [s for s in cases if mirror.is_dense_conv(s)
+             and tiling.gpu_winograd_wins(mirror.conv_shape(s))]  # fmt: skip
+    monkeypatch.setenv("CODL_GPU_WINOGRAD", "0")
+    bad = [d for s in three for d in _agree("gpu", s)]
+    assert not bad, "\n".join(bad[:20])
+    algos = {kernel("gpu", s, MACHINE).algorithm for s in three}
+    assert {"gpu-conv-tiled", "gpu-conv-tiled-split-k"} <= algos
+
+
+def test_mirror_follows_the_gpu_variant(monkeypatch):
     s = OpSpec("conv2d", 13, 13, 1024, 512, 3, 3, pad=(1, 1, 1, 1))
+    for variant in ("tiled-nosplitk", "dlight"):  # the Winograd rule ignores the tile variant
+        with tiling.use_variant(variant):
+            assert kernel("gpu", s, MACHINE).algorithm == "gpu-winograd-2x2-3x3"
+            assert _agree("gpu", s) == []
+    monkeypatch.setenv("CODL_GPU_WINOGRAD", "0")  # the tiled rule's own variants
     with tiling.use_variant("tiled-nosplitk"):
         assert kernel("gpu", s, MACHINE).algorithm == "gpu-conv-tiled"
         assert _agree("gpu", s) == []

@@ -83,16 +83,20 @@ def small_channels_allowed(monkeypatch):
 
 def test_dispatch_declines_few_input_channels(monkeypatch):
     monkeypatch.setattr(W, "MIN_IC", 32)
-    monkeypatch.setenv(W.ENV, "1")
+    monkeypatch.delenv(W.ENV, raising=False)  # on by default
     rgb = T.with_target(T.conv2d_func((1, 3, 6, 6), (32, 3, 3, 3), padding=1), CUDA)
     assert blocking_of(T.schedule(rgb, CUDA)).rule == "gpu-conv2d-tiled"
     deep = T.with_target(T.conv2d_func((1, 32, 6, 6), (32, 32, 3, 3), padding=1), CUDA)
     assert blocking_of(T.schedule(deep, CUDA)).rule == "gpu-conv2d-winograd"
 
 
-def test_dispatch_only_with_env(monkeypatch):
+def test_dispatch_on_by_default_off_with_env_zero(monkeypatch):
     func = T.with_target(T.conv2d_func((1, 16, 6, 6), (32, 16, 3, 3), padding=1), CUDA)
     monkeypatch.delenv(W.ENV, raising=False)
+    assert W.enabled()
+    assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-winograd"
+    monkeypatch.setenv(W.ENV, "0")
+    assert not W.enabled()
     assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-tiled"
     monkeypatch.setenv(W.ENV, "1")
     assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-winograd"

@@ -38,13 +38,16 @@ class Kernel:
 
     ``num_blocks`` is ``Blocking.num_blocks``: parallel tasks (CPU) or thread blocks of the
     main pass (GPU); ``split`` the split-K partitions (``blockIdx.z``) and ``sum_blocks`` the
-    blocks of split-K's second pass (``grid["sum.blockIdx.x"]``, 0 without split-K).
+    blocks of split-K's second pass (``grid["sum.blockIdx.x"]``, 0 without split-K);
+    ``grid`` the ``Blocking.grid`` items where the mirror computes all of them (GPU Winograd:
+    the batched GEMM's and, under ``u.``/``v.``/``y.``, the transforms'), else empty.
     """
 
     algorithm: str
     num_blocks: int
     split: int = 1
     sum_blocks: int = 0
+    grid: tuple[tuple[str, int], ...] = ()
 
 
 def conv_shape(s: OpSpec) -> tiling.ConvShape:
@@ -120,6 +123,9 @@ def _cpu_eltwise(s: OpSpec, _m: Machine) -> Kernel | None:
 
 
 # ---- GPU rows (dispatch.RULES, family "gpu") -------------------------------------------
+GPU_WINOGRAD = "gpu-winograd-2x2-3x3"  # gpu_winograd.ALGORITHM (that module imports TVM)
+
+
 def _per_thread(s: OpSpec, m: Machine) -> int:
     """Blocks of DLight's Fallback: one output per thread, ``max_threads`` per block."""
     return math.ceil(s.out_elems / m.max_threads)
@@ -129,6 +135,28 @@ def _gpu_thin_oc(s: OpSpec, m: Machine) -> Kernel | None:
     if not is_dense_conv(s) or s.OC > 4:
         return None
     return Kernel("direct", _per_thread(s, m))
+
+
+def gpu_winograd_plan(s: OpSpec, m: Machine) -> tuple[tiling.ShapeClass, int, int] | None:
+    """(GEMM shape class, tile rows, tile columns) of ``gpu_winograd.make_plan``, or None where
+    the Winograd rule does not run ``s`` (its predicate fails or the tile has too many threads).
+    """
+    c = conv_shape(s)
+    if not is_dense_conv(s) or not tiling.gpu_winograd_wins(c):
+        return None
+    row, th, tw = tiling.gpu_winograd_gemm(c)
+    if max(row.tile.threads, tiling.WINOGRAD_TRANSFORM_THREADS) > m.max_threads:
+        return None
+    return row, th, tw
+
+
+def _gpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
+    plan = gpu_winograd_plan(s, m)
+    if plan is None:
+        return None
+    grid = tiling.gpu_winograd_grid(conv_shape(s), plan[0].tile, plan[1], plan[2])
+    blocks = grid["blockIdx.x"] * grid["blockIdx.y"] * grid["blockIdx.z"]
+    return Kernel(GPU_WINOGRAD, blocks, grid=tuple(sorted(grid.items())))
 
 
 def _gpu_tiled(s: OpSpec, m: Machine) -> Kernel | None:
@@ -165,7 +193,7 @@ RULES: dict[str, tuple[Callable[[OpSpec, Machine], Kernel | None], ...]] = {
         _cpu_eltwise,
     ),
     "gpu": (
-        _gpu_thin_oc, _gpu_tiled, _gpu_implicit_gemm,
+        _gpu_thin_oc, _gpu_winograd, _gpu_tiled, _gpu_implicit_gemm,
         _gpu_fallback(("conv2d", "depthwise"), "depthwise-direct"),
         _gpu_fallback(("pool_max", "pool_avg"), "pool"),
         _gpu_fallback(("dense",), "dlight-fallback"),  # DLight's GEMV rules decline M = 1

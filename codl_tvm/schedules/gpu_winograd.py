@@ -17,8 +17,10 @@ Four kernels in one PrimFunc (all ``te``, scheduled with ``s_tir.Schedule``):
    the fused epilogue (bias, ReLU) inlined; the last row/column of a partial tile is
    predicated off.
 
-The rule is off by default (``CODL_GPU_WINOGRAD=1`` turns it on): it is to be enabled per
-shape once measured on the H100 (``benchmarks/kernels.py build --gpu-winograd``).
+The rule is on by default (``CODL_GPU_WINOGRAD=0`` turns it off) for IC >= ``MIN_IC``, the
+shapes where it beat the tiled conv on the H100 (``benchmarks/kernels.py build --gpu-winograd``).
+Its predicate, GEMM tile and grids are pure functions of :mod:`codl_tvm.tiling`, shared with
+the latency predictor's mirror of the dispatch table (``predictor/mirror.py``).
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from .gpu_conv import _bind
 from .rebuild import Unsupported, inline_epilogue, rebuild
 from .target_info import TargetInfo
 
-ENV = "CODL_GPU_WINOGRAD"
+ENV = tiling.WINOGRAD_ENV
 ALGORITHM = "gpu-winograd-2x2-3x3"
-TRANSFORM_THREADS = 128  # threads per block of the transform kernels (memory-bound)
+TRANSFORM_THREADS = tiling.WINOGRAD_TRANSFORM_THREADS
 TRANSFORMS = ("codl_wino_v", "codl_wino_u", "codl_unpack")  # grid keys "v.*", "u.*", "y.*"
 
 
@@ -86,8 +88,8 @@ class Plan:
 
 
 def enabled() -> bool:
-    """Whether ``CODL_GPU_WINOGRAD=1`` is set."""
-    return os.environ.get(ENV, "") == "1"
+    """Whether the rule is on: always, unless ``CODL_GPU_WINOGRAD=0``."""
+    return tiling.gpu_winograd_enabled()
 
 
 @contextlib.contextmanager
@@ -109,26 +111,21 @@ def applies(c: Conv2DInfo | None) -> bool:
     return c is not None and tiling.winograd_applies(c)
 
 
-MIN_IC = 32  # H100: 1.02-2.35x over the tiled conv on all 26 workload shapes with IC >= 32,
-#              0.28-0.32x on the three with IC = 3 (benchmarks/results/kernels-h100-winograd.json)
+MIN_IC = tiling.GPU_WINOGRAD_MIN_IC  # measured threshold: see tiling.GPU_WINOGRAD_MIN_IC
 
 
 def wins(info: OpInfo, _t: TargetInfo) -> bool:
-    """Dispatch predicate: IC >= 32 3x3 stride-1 convs, opt-in with ``CODL_GPU_WINOGRAD=1``.
-
-    Opt-in because the shipped H100 predictor and its samples predate this kernel: turning it
-    on by default needs a re-profile so the planner predicts the kernel that runs.
-    """
-    return (enabled() and info.dtype == "float32" and applies(info.conv)
-            and info.conv.ic >= MIN_IC)
+    """Dispatch predicate: float32 3x3 stride-1 convs with IC >= ``MIN_IC``, unless
+    ``CODL_GPU_WINOGRAD=0``."""
+    return (info.dtype == "float32" and info.conv is not None
+            and tiling.gpu_winograd_wins(info.conv, MIN_IC))
 
 
 def make_plan(c: Conv2DInfo, t: TargetInfo) -> Plan:
     """The GEMM tile from the implicit GEMM's shape-class table (M = OC, N = tiles, K = IC)."""
     if not applies(c):
         raise Unsupported("Winograd F(2x2,3x3) needs a 3x3 stride-1 dilation-1 groups-1 conv")
-    th, tw = tiling.winograd_grid(c)
-    row = tiling.shape_class(c.oc, c.n * th * tw, c.ic, tiling.DEFAULT_VARIANT)
+    row, th, tw = tiling.gpu_winograd_gemm(c)
     if max(row.tile.threads, TRANSFORM_THREADS) > t.max_threads:
         raise Unsupported(f"tile needs {row.tile.threads} threads, target allows {t.max_threads}")
     return Plan(c, row.tile, row.name, th, tw)
@@ -253,12 +250,7 @@ def scheduled(func, info: OpInfo, plan: Plan, threads: bool = True):
 def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:
     """Blocking of the batched GEMM kernel; the transforms' grids under ``v.``/``u.``/``y.``."""
     tile, c = plan.tile, plan.c
-    grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": 16,
-            "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}
-    for key, items in (("v", c.ic * plan.n), ("u", c.ic * c.oc),
-                       ("y", c.n * c.oc * plan.th * plan.tw)):
-        grid[f"{key}.blockIdx.x"] = math.ceil(items / TRANSFORM_THREADS)
-        grid[f"{key}.threadIdx.x"] = TRANSFORM_THREADS
+    grid = tiling.gpu_winograd_grid(c, tile, plan.th, plan.tw)
     return Blocking(
         algorithm=ALGORITHM, processor="gpu", op="conv2d",
         output_size=16 * plan.m * plan.n,  # the GEMM's output: 16 x OC x tiles
