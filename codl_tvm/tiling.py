@@ -166,6 +166,22 @@ class Tile:
         return self.ty * self.tx
 
 
+class TiledGemm:
+    """Tile counts of an ``m x n`` GEMM cut by ``tile`` (mixed into the GPU kernels' plans)."""
+
+    tile: Tile
+    m: int
+    n: int
+
+    @property
+    def m_tiles(self) -> int:
+        return math.ceil(self.m / self.tile.bm)
+
+    @property
+    def n_tiles(self) -> int:
+        return math.ceil(self.n / self.tile.bn)
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapeClass:
     """A row of a variant table: the first row whose bounds all hold picks ``tile``."""

@@ -57,14 +57,10 @@ class PredictorCosts:
 
     def in_range(self, sub: OpSpec) -> bool:
         """``sub`` lies inside the shapes the predictor was trained on, on both processors."""
-        from ..predictor.base import RANGE_FIELDS
-
-        ranges = getattr(self.predictor, "range_", None) or {}
-        return all(
-            role in ranges and all(lo <= getattr(sub, f) <= hi
-                                   for f, (lo, hi) in zip(RANGE_FIELDS, ranges[role]))
-            for role in ("cpu", "gpu")
-        )
+        try:
+            return not any(self.predictor.out_of_range(r, sub) for r in ("cpu", "gpu"))
+        except ValueError:  # a processor without samples
+            return False
 
 
 @dataclass

@@ -142,13 +142,16 @@ class BasePredictor(BaseEstimator, RegressorMixin):
                 out[role] = [[min(v), max(v)] for v in vals]
         return out
 
-    def _check_range(self, role: str, sub: OpSpec) -> None:
+    def out_of_range(self, role: str, sub: OpSpec) -> list[tuple[str, int, int, int]]:
+        """``(field, value, lo, hi)`` of each field of ``sub`` outside the trained range."""
         if role not in self.range_:
             raise ValueError(f"predictor of {self.pair_!r} has no samples for processor {role!r}")
-        for field, (lo, hi) in zip(RANGE_FIELDS, self.range_[role], strict=False):
-            val = getattr(sub, field)
-            if lo <= val <= hi:
-                continue
+        fields = zip(RANGE_FIELDS, self.range_[role], strict=False)
+        return [(f, getattr(sub, f), lo, hi) for f, (lo, hi) in fields
+                if not lo <= getattr(sub, f) <= hi]
+
+    def _check_range(self, role: str, sub: OpSpec) -> None:
+        for field, val, lo, hi in self.out_of_range(role, sub):
             key = f"{role}.{field}"
             if key not in self._warned:
                 self._warned.add(key)

@@ -61,7 +61,7 @@ from .target_info import TargetInfo
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(tiling.TiledGemm):
     """Everything the compute and the schedule need: tile, split and padded GEMM sizes."""
 
     c: Conv2DInfo
@@ -72,14 +72,6 @@ class Plan:
     n: int  # output pixels (batch included)
     k: int  # IC * KH * KW
     k_split: int  # padded K per partition, a multiple of bk
-
-    @property
-    def m_tiles(self) -> int:
-        return math.ceil(self.m / self.tile.bm)
-
-    @property
-    def n_tiles(self) -> int:
-        return math.ceil(self.n / self.tile.bn)
 
     @property
     def mp(self) -> int:

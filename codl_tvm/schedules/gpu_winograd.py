@@ -53,7 +53,7 @@ TRANSFORMS = ("codl_wino_v", "codl_wino_u", "codl_unpack")  # grid keys "v.*", "
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(tiling.TiledGemm):
     """Tile of the batched GEMM and its padded sizes: M = OC, N = P tiles, K = IC."""
 
     c: Conv2DInfo
@@ -73,14 +73,6 @@ class Plan:
     @property
     def k(self) -> int:
         return self.c.ic
-
-    @property
-    def m_tiles(self) -> int:
-        return math.ceil(self.m / self.tile.bm)
-
-    @property
-    def n_tiles(self) -> int:
-        return math.ceil(self.n / self.tile.bn)
 
     @property
     def kp(self) -> int:
