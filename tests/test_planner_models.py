@@ -186,3 +186,5 @@ def test_bench_bundle_runner_names_a_missing_bundle(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="not a bench bundle"):
         bundle.run(tmp_path, tmp_path / "rows.json")
+    assert bundle.main([str(tmp_path), "-o", str(tmp_path / "rows.json")]) == 1
+    assert not (tmp_path / "rows.json").exists()

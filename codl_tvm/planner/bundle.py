@@ -164,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.bundle:
         p.error("the bundle folder is required")
-    run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
-        args.models.split(",") if args.models else None)
+    try:
+        run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
+            args.models.split(",") if args.models else None)
+    except (OSError, KeyError, ValueError, RuntimeError) as err:  # one line, not a traceback
+        print(f"{p.prog}: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
