@@ -154,27 +154,48 @@ def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     return [_cdiv(blocks, m.sms) * k, blocks * k, blocks]
 
 
+# Occupancy: blocks resident on one SM at once, from the tile's threads and an estimate of
+# its registers. Machine fields ``sm_threads`` / ``sm_registers`` where the Machine has them;
+# otherwise two blocks of the largest size (CUDA sm_80/sm_90: 2048 threads) and the 64 K
+# 32-bit registers every CUDA SM since sm_50 has.
+REGS_OVERHEAD = 24  # addresses, loop counters, predicates of a thread besides its tiles
+
+
+def resident_blocks(t: tiling.Tile, m: Machine) -> int:
+    """Thread blocks of tile ``t`` an SM runs at once (thread and register limits)."""
+    sm_threads = getattr(m, "sm_threads", 2 * m.max_threads)
+    sm_regs = getattr(m, "sm_registers", 1 << 16)
+    regs = t.tm * t.tn + t.tm + t.tn + REGS_OVERHEAD  # accumulators + operand registers
+    return max(1, min(sm_threads // t.threads, sm_regs // (t.threads * regs)))
+
+
 def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
     """gpu-conv-tiled(-split-k): waves of (bm x bn x split) blocks x per-thread FMAs of one
-    K partition, the shared-memory staging of every block, and split-K's sum pass."""
+    K partition, the shared-memory staging of every block, split-K's sum pass, and the K
+    steps of a ragged pixel tile (its bounds-checked im2col loads: ~2x slower steps)."""
     variant = gpu_variant()
     row, split, k_split = gpu_plan(s, m, tiling.DEFAULT_VARIANT if variant == tiling.DECLINE
                                    else variant)  # fmt: skip
     t = row.tile
     pixels = s.out_h * s.out_w
     blocks = _cdiv(s.OC, t.bm) * _cdiv(pixels, t.bn) * split
+    ragged = pixels % t.bn != 0
     return [
         _cdiv(blocks, m.sms) * t.tm * t.tn * k_split,  # FMAs of a thread, critical SM
         blocks * (t.bm + t.bn) * k_split,  # global -> shared staging, all blocks
         float(s.OC * pixels * split) if split > 1 else 0.0,  # sum pass reads
         float(split > 1),  # second launch
+        # K steps of the critical SM's resident blocks when the pixel tile is ragged
+        _cdiv(blocks, m.sms * resident_blocks(t, m)) * (k_split // t.bk) * ragged,
     ]
 
 
 def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     """gpu-winograd-2x2-3x3: waves of the 16 batched GEMMs' (bm x bn) blocks x per-thread FMAs
-    over the padded IC, their shared-memory staging, and the input / weight / output
-    transforms as memory passes. Its 4 launches are a constant: t0 holds them."""
+    over the padded IC, their shared-memory staging, the input / weight / output transforms
+    as memory passes, and the latency of the K steps (waves of *resident* blocks x K steps),
+    twice over for a ragged tile column (bounds-checked loads). Its 4 launches are a
+    constant: t0 holds them."""
     # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
     # differently than now (the predicate is the mirror's business, not the terms')
     row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
@@ -182,12 +203,15 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     tiles = th * tw
     blocks = 16 * _cdiv(s.OC, t.bm) * _cdiv(tiles, t.bn)
     kp = _cdiv(s.IC, t.bk) * t.bk
+    steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
     return [
         _cdiv(blocks, m.sms) * t.tm * t.tn * kp,  # FMAs of a thread, critical SM
         blocks * (t.bm + t.bn) * kp,  # global -> shared staging, all blocks
         s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
         16 * s.IC * s.OC + s.IC * s.OC * 9,  # weight transform (every call): read g, write U
         16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
+        steps,  # K-step latency, critical SM
+        steps * (tiles % t.bn != 0),  # ragged tile column
     ]
 
 
