@@ -95,8 +95,15 @@ def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
     pixels = c.n * c.oh * c.ow
     nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
     budget = max(1, (t.vector_regs - nv - 2) // nv)
-    candidates = range(min(budget, c.oc), 0, -1)
-    mr = min(candidates, key=lambda m: (math.ceil(c.oc / m) * m, -m))
+    # the mr that pads OC least, the largest on a tie: min over (padded OC, -mr), as a loop
+    # (the predictor runs this on every prediction; a key function costs a call per row)
+    mr, least = 0, None
+    for m in range(min(budget, c.oc), 0, -1):
+        padded = math.ceil(c.oc / m) * m
+        if least is None or padded < least:
+            mr, least = m, padded
+    if least is None:
+        raise ValueError(f"no register tile for OC {c.oc}")
     return mr, nv
 
 
@@ -297,7 +304,10 @@ def matches(row: ShapeClass, m: int, n: int, k: int) -> bool:
 
 def shape_class(m: int, n: int, k: int, variant: str) -> ShapeClass:
     """First row of table ``variant`` matching GEMM sizes ``m`` (OC), ``n`` (pixels), ``k``."""
-    return next(r for r in VARIANTS[variant] if matches(r, m, n, k))
+    for r in VARIANTS[variant]:  # a loop, not next() on a generator: on every prediction
+        if matches(r, m, n, k):
+            return r
+    raise StopIteration  # as next() on the rows did: every table ends with a catch-all row
 
 
 def split_k(row: ShapeClass, m: int, n: int, k: int, sms: int) -> tuple[int, int]:
@@ -317,6 +327,13 @@ GPU_WINOGRAD_MIN_IC = 32  # H100: 1.02-2.35x over the tiled conv on all 26 workl
 #                          IC >= 32, 0.28-0.32x on the three with IC = 3
 #                          (benchmarks/results/kernels-h100-winograd.json)
 WINOGRAD_TRANSFORM_THREADS = 128  # threads per block of the transform kernels (memory-bound)
+# grid keys of the input (v), weight (u) and output (y) transforms (spelled out once: the
+# predictor's mirror asks for this grid on every prediction)
+_TRANSFORM_KEYS = (
+    ("v.blockIdx.x", "v.threadIdx.x"),
+    ("u.blockIdx.x", "u.threadIdx.x"),
+    ("y.blockIdx.x", "y.threadIdx.x"),
+)
 
 
 def gpu_winograd_enabled() -> bool:
@@ -342,7 +359,7 @@ def gpu_winograd_grid(c: Conv, tile: Tile, th: int, tw: int) -> dict[str, int]:
     n = c.n * th * tw
     grid = {"blockIdx.x": math.ceil(n / tile.bn), "blockIdx.y": math.ceil(c.oc / tile.bm),
             "blockIdx.z": 16, "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}  # fmt: skip
-    for key, items in (("v", c.ic * n), ("u", c.ic * c.oc), ("y", c.oc * n)):
-        grid[f"{key}.blockIdx.x"] = math.ceil(items / WINOGRAD_TRANSFORM_THREADS)
-        grid[f"{key}.threadIdx.x"] = WINOGRAD_TRANSFORM_THREADS
+    for (bx, tx), items in zip(_TRANSFORM_KEYS, (c.ic * n, c.ic * c.oc, c.oc * n), strict=True):
+        grid[bx] = math.ceil(items / WINOGRAD_TRANSFORM_THREADS)
+        grid[tx] = WINOGRAD_TRANSFORM_THREADS
     return grid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from codl_tvm.predictor.sharing import SharingModel
 
 FORMAT_VERSION = 1
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
+_range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}
 
 
@@ -125,11 +127,13 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             ``share_us`` (transfers, slices, concat; 0 when ``chain``) and
             ``total_us = share_us + max(cpu_us, gpu_us)``.
         """
-        parts = {role: op.part(role, dim, ratio) for role in ("cpu", "gpu")}
-        t = {f"{r}_us": (self.kernel_us(r, s) if s is not None else 0.0) for r, s in parts.items()}
-        t["share_us"] = self.sharing_.op_cost(op, dim, ratio, chain, parts)
-        t["total_us"] = t["share_us"] + max(t["cpu_us"], t["gpu_us"])
-        return t
+        parts = op.parts(dim, ratio)  # split once for both roles
+        cpu, gpu = parts["cpu"], parts["gpu"]
+        cpu_us = self.kernel_us("cpu", cpu) if cpu is not None else 0.0
+        gpu_us = self.kernel_us("gpu", gpu) if gpu is not None else 0.0
+        share_us = self.sharing_.op_cost(op, dim, ratio, chain, parts)
+        return {"cpu_us": cpu_us, "gpu_us": gpu_us, "share_us": share_us,
+                "total_us": share_us + max(cpu_us, gpu_us)}  # fmt: skip
 
     # ---- range --------------------------------------------------------------------------
     @staticmethod
@@ -146,11 +150,17 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         """``(field, value, lo, hi)`` of each field of ``sub`` outside the trained range."""
         if role not in self.range_:
             raise ValueError(f"predictor of {self.pair_!r} has no samples for processor {role!r}")
-        fields = zip(RANGE_FIELDS, self.range_[role], strict=False)
-        return [(f, getattr(sub, f), lo, hi) for f, (lo, hi) in fields
-                if not lo <= getattr(sub, f) <= hi]
+        fields = zip(RANGE_FIELDS, _range_values(sub), self.range_[role], strict=False)
+        return [(f, v, lo, hi) for f, v, (lo, hi) in fields if not lo <= v <= hi]
 
     def _check_range(self, role: str, sub: OpSpec) -> None:
+        bounds = self.range_.get(role)
+        if bounds is not None:  # in range, the common case: no list built, no warning
+            for v, (lo, hi) in zip(_range_values(sub), bounds, strict=False):
+                if not lo <= v <= hi:
+                    break
+            else:
+                return
         for field, val, lo, hi in self.out_of_range(role, sub):
             key = f"{role}.{field}"
             if key not in self._warned:

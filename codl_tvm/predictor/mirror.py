@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from codl_tvm import tiling
-from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.predictor.opspec import COMPUTE_KINDS, OpSpec
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Machine:
         return 32 if self.lanes >= 16 else 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Kernel:
     """The kernel a sub-op runs: its ``Blocking.algorithm`` and launch counts.
 
@@ -49,12 +49,22 @@ class Kernel:
     sum_blocks: int = 0
     grid: tuple[tuple[str, int], ...] = ()
 
+    def __init__(
+        self,
+        algorithm: str,
+        num_blocks: int,
+        split: int = 1,
+        sum_blocks: int = 0,
+        grid: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        # one dict update instead of the frozen dataclass's five object.__setattr__ calls
+        self.__dict__.update(algorithm=algorithm, num_blocks=num_blocks, split=split,
+                             sum_blocks=sum_blocks, grid=grid)  # fmt: skip
+
 
 def conv_shape(s: OpSpec) -> tiling.ConvShape:
-    """The light ``Conv2DInfo`` of a conv sub-op (batch 1)."""
-    return tiling.ConvShape(
-        1, s.IC, s.OC, s.out_h, s.out_w, s.KH, s.KW, (s.SH, s.SW), (s.dilation,) * 2, s.groups
-    )
+    """The light ``Conv2DInfo`` of a conv sub-op (batch 1); built once per OpSpec."""
+    return s.conv_shape
 
 
 def is_dense_conv(s: OpSpec) -> bool:
@@ -68,25 +78,30 @@ def gpu_variant() -> str:
 
 
 def gpu_plan(s: OpSpec, m: Machine, variant: str) -> tuple[tiling.ShapeClass, int, int]:
-    """(shape class, split-K factor, padded K per split) of ``gpu_conv.make_plan``."""
-    k = s.IC * s.KH * s.KW
-    pixels = s.out_h * s.out_w
-    row = tiling.shape_class(s.OC, pixels, k, variant)
-    split, k_split = tiling.split_k(row, s.OC, pixels, k, m.sms)
-    return row, split, k_split
+    """(shape class, split-K factor, padded K per split) of ``gpu_conv.make_plan``.
+
+    Kept in ``s.memo``: the mirror's rule and the blocking terms both ask for it.
+    """
+    key = ("gpu_plan", m.sms, variant)
+    memo = s.memo
+    plan = memo.get(key)
+    if plan is None:
+        k = s.IC * s.KH * s.KW
+        pixels = s.out_h * s.out_w
+        row = tiling.shape_class(s.OC, pixels, k, variant)
+        plan = memo[key] = (row, *tiling.split_k(row, s.OC, pixels, k, m.sms))
+    return plan
 
 
 # ---- CPU rows (dispatch.RULES, family "cpu") -------------------------------------------
 def _cpu_gemm(s: OpSpec, m: Machine) -> Kernel | None:
-    c = conv_shape(s)
-    if not is_dense_conv(s) or not tiling.gemm_wins(c, m):
+    if not is_dense_conv(s) or not tiling.gemm_wins(c := conv_shape(s), m):
         return None
     return Kernel("gemm-1x1", tiling.gemm_tasks(c, m))
 
 
 def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
-    c = conv_shape(s)
-    if not is_dense_conv(s) or not tiling.winograd_wins(c):
+    if not is_dense_conv(s) or not tiling.winograd_wins(c := conv_shape(s)):
         return None
     return Kernel("winograd-2x2-3x3", tiling.winograd_tasks(c, m))
 
@@ -141,8 +156,7 @@ def gpu_winograd_plan(s: OpSpec, m: Machine) -> tuple[tiling.ShapeClass, int, in
     """(GEMM shape class, tile rows, tile columns) of ``gpu_winograd.make_plan``, or None where
     the Winograd rule does not run ``s`` (its predicate fails or the tile has too many threads).
     """
-    c = conv_shape(s)
-    if not is_dense_conv(s) or not tiling.gpu_winograd_wins(c):
+    if not is_dense_conv(s) or not tiling.gpu_winograd_wins(c := conv_shape(s)):
         return None
     row, th, tw = tiling.gpu_winograd_gemm(c)
     if max(row.tile.threads, tiling.WINOGRAD_TRANSFORM_THREADS) > m.max_threads:
@@ -187,24 +201,40 @@ def _gpu_fallback(kinds: tuple[str, ...], algorithm: str) -> Callable:
     return rule
 
 
-RULES: dict[str, tuple[Callable[[OpSpec, Machine], Kernel | None], ...]] = {
+Rule = Callable[[OpSpec, Machine], Kernel | None]
+CONV, POOL = ("conv2d", "depthwise"), ("pool_max", "pool_avg")
+# (rule, the op kinds it can take: it returns None for every other kind), first match wins
+ROWS: dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]] = {
     "cpu": (
-        _cpu_gemm, _cpu_winograd, _cpu_direct, _cpu_grouped, _cpu_pool, _cpu_gemv,
-        _cpu_eltwise,
+        (_cpu_gemm, CONV), (_cpu_winograd, CONV), (_cpu_direct, CONV), (_cpu_grouped, CONV),
+        (_cpu_pool, POOL), (_cpu_gemv, ("dense",)), (_cpu_eltwise, ("elementwise",)),
     ),
     "gpu": (
-        _gpu_thin_oc, _gpu_winograd, _gpu_tiled, _gpu_implicit_gemm,
-        _gpu_fallback(("conv2d", "depthwise"), "depthwise-direct"),
-        _gpu_fallback(("pool_max", "pool_avg"), "pool"),
-        _gpu_fallback(("dense",), "dlight-fallback"),  # DLight's GEMV rules decline M = 1
-        _gpu_fallback(("elementwise",), "elementwise"),
+        (_gpu_thin_oc, CONV), (_gpu_winograd, CONV), (_gpu_tiled, CONV),
+        (_gpu_implicit_gemm, CONV),
+        (_gpu_fallback(CONV, "depthwise-direct"), CONV),
+        (_gpu_fallback(POOL, "pool"), POOL),
+        # DLight's GEMV rules decline M = 1
+        (_gpu_fallback(("dense",), "dlight-fallback"), ("dense",)),
+        (_gpu_fallback(("elementwise",), "elementwise"), ("elementwise",)),
     ),
 }  # fmt: skip
+RULES: dict[str, tuple[Rule, ...]] = {fam: tuple(r for r, _ in rows) for fam, rows in ROWS.items()}
+# per (family, op kind) only the rules that can take that kind, in table order: kernel() runs
+# on every prediction and need not ask the pool rule about a conv
+_BY_KIND: dict[tuple[str, str], tuple[Rule, ...]] = {
+    (fam, kind): tuple(r for r, kinds in rows if kind in kinds)
+    for fam, rows in ROWS.items()
+    for kind in COMPUTE_KINDS
+}
 
 
 def kernel(family: str, s: OpSpec, m: Machine) -> Kernel:
     """The kernel codl-tvm's dispatch table picks for ``s`` on a ``family`` processor."""
-    for rule in RULES[family]:
+    rules = _BY_KIND.get((family, s.kind))
+    if rules is None:
+        rules = RULES[family]  # KeyError for an unknown family, as the table lookup gives
+    for rule in rules:
         got = rule(s, m)
         if got is not None:
             return got

@@ -9,11 +9,13 @@ channels, the CPU the rest (the convention of the partition pass).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
-from codl_tvm.geometry import Window, row_part, split_count
+from codl_tvm.geometry import Window, split_count
+from codl_tvm.tiling import ConvShape
 
 COMPUTE_KINDS: tuple[str, ...] = (
     "conv2d",
@@ -38,7 +40,36 @@ WINDOW_KINDS = frozenset({"conv2d", "depthwise", "pool_max", "pool_avg"})
 BYTES_PER_ELEM = 4  # float32
 
 
-@dataclass(frozen=True)
+def _derived(kind: str, H: int, W: int, IC: int, OC: int, KH: int, KW: int, SH: int, SW: int,
+             pad: tuple[int, int, int, int], dilation: int, groups: int) -> dict[str, int]:
+    """``out_h``, ``out_w``, ``out_elems`` and ``reduction`` of a (valid) op.
+
+    Inline integer arithmetic of :meth:`Window.out_size`: building two ``Window`` objects per
+    op cost more than the rest of a prediction.
+    """
+    if kind in WINDOW_KINDS:
+        out_h = (H + pad[0] + pad[2] - dilation * (KH - 1) - 1) // SH + 1
+        out_w = (W + pad[1] + pad[3] - dilation * (KW - 1) - 1) // SW + 1
+    else:
+        out_h, out_w = H, W
+    reduction = _REDUCTION[kind](IC, groups, KH, KW)
+    return {"out_h": out_h, "out_w": out_w, "out_elems": out_h * out_w * OC,
+            "reduction": reduction}  # fmt: skip
+
+
+# multiply-adds (or compares) per output element, per op kind: (IC, groups, KH, KW) -> int
+_REDUCTION: dict[str, Callable[[int, int, int, int], int]] = {
+    "conv2d": lambda ic, g, kh, kw: (ic // g) * kh * kw,
+    "depthwise": lambda ic, g, kh, kw: (ic // g) * kh * kw,
+    "dense": lambda ic, g, kh, kw: ic,
+    "pool_max": lambda ic, g, kh, kw: kh * kw,
+    "pool_avg": lambda ic, g, kh, kw: kh * kw,
+    "elementwise": lambda ic, g, kh, kw: 2,
+}
+_FLOP_FACTOR = {"conv2d": 2, "depthwise": 2, "dense": 2}  # a multiply-add counts 2
+
+
+@dataclass(frozen=True, init=False)
 class OpSpec:
     """One operator (batch 1, NCHW, float32).
 
@@ -58,6 +89,14 @@ class OpSpec:
         Dilation of both axes.
     groups : int
         Convolution groups (``IC == OC == groups`` for depthwise).
+
+    Notes
+    -----
+    The predictor builds two sub-ops per prediction, so construction is kept cheap: the
+    fields and the derived sizes (``out_h``, ``out_w``, ``out_elems``, ``reduction``) go
+    straight into the instance ``__dict__`` (a frozen dataclass would set them one
+    ``object.__setattr__`` at a time), and :meth:`part` builds its sub-ops from the parent's
+    already validated numbers without validating again.
     """
 
     kind: str
@@ -73,7 +112,30 @@ class OpSpec:
     dilation: int = 1
     groups: int = 1
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        kind: str,
+        H: int,
+        W: int,
+        IC: int,
+        OC: int,
+        KH: int = 1,
+        KW: int = 1,
+        SH: int = 1,
+        SW: int = 1,
+        pad: tuple[int, int, int, int] = (0, 0, 0, 0),
+        dilation: int = 1,
+        groups: int = 1,
+    ) -> None:
+        vals = {"kind": kind, "H": H, "W": W, "IC": IC, "OC": OC, "KH": KH, "KW": KW, "SH": SH,
+                "SW": SW, "pad": pad, "dilation": dilation, "groups": groups}  # fmt: skip
+        self.__dict__.update(vals)  # frozen: the dataclass's __setattr__ refuses
+        self._validate()
+        self.__dict__.update(_derived(**vals))
+        if self.out_h < 1 or self.out_w < 1:
+            raise ValueError(f"{self.kind}: empty output for {self}")
+
+    def _validate(self) -> None:
         if self.kind not in COMPUTE_KINDS:
             raise ValueError(f"unknown op kind {self.kind!r}; known: {list(COMPUTE_KINDS)}")
         dims = (self.H, self.W, self.IC, self.OC, self.KH, self.KW, self.SH, self.SW)
@@ -83,8 +145,6 @@ class OpSpec:
             raise ValueError(f"{self.kind}: groups {self.groups} must divide IC and OC")
         if self.kind in ("pool_max", "pool_avg", "elementwise") and self.IC != self.OC:
             raise ValueError(f"{self.kind}: IC ({self.IC}) must equal OC ({self.OC})")
-        if self.out_h < 1 or self.out_w < 1:
-            raise ValueError(f"{self.kind}: empty output for {self}")
 
     # ---- geometry -----------------------------------------------------------------------
     @property
@@ -95,17 +155,24 @@ class OpSpec:
     def window_w(self) -> Window:
         return Window(self.KW, self.SW, self.dilation, self.pad[1], self.pad[3])
 
-    @cached_property  # the predictor asks many times per op
+    # out_h, out_w, out_elems and reduction are set by the constructors; these properties
+    # only document them (an instance attribute shadows a cached_property)
+    @cached_property
     def out_h(self) -> int:
         return self.window_h.out_size(self.H) if self.kind in WINDOW_KINDS else self.H
 
-    @cached_property  # the predictor asks many times per op
+    @cached_property
     def out_w(self) -> int:
         return self.window_w.out_size(self.W) if self.kind in WINDOW_KINDS else self.W
 
-    @cached_property  # the predictor asks many times per op
+    @cached_property
     def out_elems(self) -> int:
         return self.out_h * self.out_w * self.OC
+
+    @cached_property
+    def reduction(self) -> int:
+        """Multiply-adds (or compares) per output element."""
+        return _REDUCTION[self.kind](self.IC, self.groups, self.KH, self.KW)
 
     @property
     def in_bytes(self) -> int:
@@ -115,22 +182,37 @@ class OpSpec:
     def out_bytes(self) -> int:
         return self.out_elems * BYTES_PER_ELEM
 
-    @cached_property  # the predictor asks many times per op
-    def reduction(self) -> int:
-        """Multiply-adds (or compares) per output element."""
-        if self.kind in ("conv2d", "depthwise"):
-            return (self.IC // self.groups) * self.KH * self.KW
-        if self.kind == "dense":
-            return self.IC
-        if self.kind in ("pool_max", "pool_avg"):
-            return self.KH * self.KW
-        return 2
-
     @property
     def flops(self) -> int:
         """Floating-point operations (a multiply-add counts 2)."""
-        factor = 2 if self.kind in ("conv2d", "depthwise", "dense") else 1
-        return factor * self.out_elems * self.reduction
+        return _FLOP_FACTOR.get(self.kind, 1) * self.out_elems * self.reduction
+
+    @property
+    def conv_shape(self) -> ConvShape:
+        """The light ``Conv2DInfo`` of this op as a batch-1 conv (the tile rules' input).
+
+        Built on first use and kept (a hand-made memo: ``cached_property`` takes a lock).
+        """
+        d = self.__dict__
+        c = d.get("_conv_shape")
+        if c is None:
+            dil = self.dilation
+            c = d["_conv_shape"] = ConvShape(
+                1, self.IC, self.OC, self.out_h, self.out_w, self.KH, self.KW,
+                (self.SH, self.SW), (dil, dil), self.groups,
+            )  # fmt: skip
+        return c
+
+    @property
+    def memo(self) -> dict[Any, Any]:
+        """This op's cache of values other modules derive from its sizes (an OpSpec never
+        changes), keyed by those modules; not part of equality, hashing or JSON, and never
+        inherited by :meth:`part`'s sub-ops."""
+        d = self.__dict__
+        m = d.get("_memo")
+        if m is None:
+            m = d["_memo"] = {}
+        return m
 
     # ---- splitting ----------------------------------------------------------------------
     def units(self, dim: str) -> int:
@@ -144,26 +226,65 @@ class OpSpec:
         """The sub-op ``role`` ("gpu" or "cpu") runs; None when its share is empty."""
         total = self.units(dim)
         n_gpu = split_count(total, ratio)
-        lo, hi = (0, n_gpu) if role == "gpu" else (n_gpu, total)
         if role not in ("gpu", "cpu"):
             raise ValueError(f"unknown processor role {role!r}; expected 'gpu' or 'cpu'")
+        return self._part(dim, *((0, n_gpu) if role == "gpu" else (n_gpu, total)))
+
+    def parts(self, dim: str, ratio: float) -> dict[str, OpSpec | None]:
+        """``{"cpu": part("cpu", ...), "gpu": part("gpu", ...)}``, splitting once."""
+        total = self.units(dim)
+        n_gpu = split_count(total, ratio)
+        return {"cpu": self._part(dim, n_gpu, total), "gpu": self._part(dim, 0, n_gpu)}
+
+    def _part(self, dim: str, lo: int, hi: int) -> OpSpec | None:
+        """The sub-op of units ``[lo, hi)`` along ``dim`` (already checked), None if empty."""
         if hi <= lo:
             return None
         if dim == "OC":
-            return self._channel_part(hi - lo)
+            n = hi - lo
+            if self.groups > 1:
+                g = self.groups
+                return self._channel_sub(n * (self.IC // g), n * (self.OC // g), n)
+            if self.kind in ("pool_max", "pool_avg", "elementwise"):
+                return self._channel_sub(n, n, 1)
+            return self._channel_sub(self.IC, n, 1)
         if self.kind not in WINDOW_KINDS:
-            return replace(self, H=hi - lo)
-        rp = row_part(self.window_h, self.H, lo, hi)
-        pad = (rp.pad[0], self.pad[1], rp.pad[1], self.pad[3])
-        return replace(self, H=rp.src[1] - rp.src[0], pad=pad)
+            return self._row_sub(hi - lo, self.pad, hi - lo)
+        # geometry.row_part inlined: input rows [lo*S - pad_top, (hi-1)*S - pad_top + extent)
+        pad = self.pad
+        start = lo * self.SH - pad[0]
+        end = (hi - 1) * self.SH - pad[0] + self.dilation * (self.KH - 1) + 1
+        src_lo, src_hi = max(0, start), min(self.H, end)
+        sub_pad = (src_lo - start, pad[1], end - src_hi, pad[3])
+        h = src_hi - src_lo
+        if h < 1:  # rows all in padding: the checked constructor says so
+            return replace(self, H=h, pad=sub_pad)
+        out_h = (h + sub_pad[0] + sub_pad[2] - self.dilation * (self.KH - 1) - 1) // self.SH + 1
+        return self._row_sub(h, sub_pad, out_h)
 
-    def _channel_part(self, n: int) -> OpSpec:
-        if self.groups > 1:
-            g = self.groups
-            return replace(self, IC=n * (self.IC // g), OC=n * (self.OC // g), groups=n)
-        if self.kind in ("pool_max", "pool_avg", "elementwise"):
-            return replace(self, IC=n, OC=n)
-        return replace(self, OC=n)
+    # A part of a valid op is valid by construction: the two builders below copy the parent's
+    # fields and derived sizes (one dict copy), change what the split changes and drop the
+    # values cached on first use (conv_shape, memo), which belong to the parent's sizes.
+    def _copy(self) -> tuple[OpSpec, dict[str, Any]]:
+        new = object.__new__(type(self))
+        nd = new.__dict__
+        nd.update(self.__dict__)
+        for name in _LAZY:
+            nd.pop(name, None)
+        return new, nd
+
+    def _channel_sub(self, ic: int, oc: int, groups: int) -> OpSpec:
+        new, nd = self._copy()
+        nd["IC"], nd["OC"], nd["groups"] = ic, oc, groups
+        nd["out_elems"] = nd["out_h"] * nd["out_w"] * oc
+        nd["reduction"] = _REDUCTION[nd["kind"]](ic, groups, nd["KH"], nd["KW"])
+        return new
+
+    def _row_sub(self, h: int, pad: tuple[int, int, int, int], out_h: int) -> OpSpec:
+        new, nd = self._copy()
+        nd["H"], nd["pad"], nd["out_h"] = h, pad, out_h
+        nd["out_elems"] = out_h * nd["out_w"] * nd["OC"]
+        return new
 
     def _check_dim(self, dim: str) -> None:
         if dim not in SPLIT_DIMS[self.kind]:
@@ -174,7 +295,7 @@ class OpSpec:
 
     # ---- (de)serialisation --------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = {f: getattr(self, f) for f in _FIELD_NAMES}
         doc["pad"] = list(self.pad)
         return doc
 
@@ -183,6 +304,11 @@ class OpSpec:
         doc = dict(doc)
         doc["pad"] = tuple(int(p) for p in doc.get("pad", (0, 0, 0, 0)))
         return OpSpec(**doc)
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(OpSpec))
+# what an OpSpec caches on first use (conv_shape, memo): a part must not inherit its parent's
+_LAZY = ("_conv_shape", "_memo")
 
 
 def conv_kind(ic: int, oc: int, groups: int) -> str:
