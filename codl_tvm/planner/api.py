@@ -78,7 +78,7 @@ def make_plan(
         lay = STRATEGIES[strategy].fn(mg.nodes, None, options or Options())
         return PlanResult(strategy, to_plan(lay, mg), lay, float("nan"),
                           layout_memory(mg.nodes, lay))
-    ev = Evaluator(costs)
+    ev = Evaluator(costs, mg.nodes)
     lay = STRATEGIES[strategy].fn(mg.nodes, ev, options or Options())
     return PlanResult(strategy, to_plan(lay, mg), lay, layout_cost(ev, mg.nodes, lay),
                       layout_memory(mg.nodes, lay))
@@ -86,13 +86,13 @@ def make_plan(
 
 def estimate(mg: ModelGraph, plan: Plan, costs: CostSource) -> float:
     """Estimated latency (us) of any plan of ``mg``."""
-    return layout_cost(Evaluator(costs), mg.nodes, from_plan(plan))
+    return layout_cost(Evaluator(costs, mg.nodes), mg.nodes, from_plan(plan))
 
 
 def ideal(mg: ModelGraph, costs: CostSource) -> dict[str, float]:
     """``cpu_us``, ``gpu_us`` (whole model on one processor) and ``ideal_us`` (CoDL's bound:
     sum over ops of 1/(1/T_cpu + 1/T_gpu)) by ``costs``."""
-    ev = Evaluator(costs)
+    ev = Evaluator(costs, mg.nodes)
     return {"cpu_us": sum(ev.whole(n, "cpu") for n in mg.nodes),
             "gpu_us": sum(ev.whole(n, "gpu") for n in mg.nodes),
             "ideal_us": ideal_us(ev, mg.nodes)}

@@ -79,7 +79,7 @@ def bench(
     src = oracle_costs or costs
     lat = {n: float(np.median(t)) * 1e6 for n, t in zip(order, times)}
     if src is not None and "cpu-only" in lat and "gpu-only" in lat:
-        ev = Evaluator(src)
+        ev = Evaluator(src, mg.nodes)
         per_op = [(ev.whole(x, "cpu"), ev.whole(x, "gpu")) for x in mg.nodes]
         ideal = calibrated_ideal_us(per_op, lat["cpu-only"], lat["gpu-only"])
     return summarize(order, times, {n: r.predicted_us for n, r in results.items()}, ideal, extra)

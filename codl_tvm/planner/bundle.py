@@ -55,7 +55,7 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     entry: dict[str, Any] = {"pair": pair.name, "plans": dict(kept)}
     src = oracle_costs or costs
     if src is not None:
-        ev = Evaluator(src)
+        ev = Evaluator(src, mg.nodes)
         entry["per_op_us"] = [[ev.whole(n, "cpu"), ev.whole(n, "gpu")] for n in mg.nodes]
         entry["per_op_source"] = src.label
     # plans kept from an earlier build of this model stay the representatives of their content

@@ -33,6 +33,13 @@ class CostSource(Protocol):
     def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
 
 
+def in_model(costs: CostSource, footprint_bytes: int) -> CostSource:
+    """``costs`` for one model's ops: sources with a cache-residency context (a predictor's
+    L2 terms) see the model's per-inference footprint; the others are returned unchanged."""
+    fn = getattr(costs, "in_model", None)
+    return fn(footprint_bytes) if fn is not None else costs
+
+
 def trusted(costs: CostSource, sub: OpSpec) -> bool:
     """Whether ``costs`` answers for ``sub`` from data rather than by extrapolation.
 
@@ -54,6 +61,13 @@ class PredictorCosts:
 
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return float(self.predictor.sharing_.cost(op, role, nbytes))
+
+    def in_model(self, footprint_bytes: int) -> PredictorCosts:
+        """These costs for the ops of a model touching ``footprint_bytes`` per inference
+        (the predictor's cache-residency context, where it models one)."""
+        fn = getattr(self.predictor, "in_model", None)
+        pred = fn(footprint_bytes) if fn is not None else self.predictor
+        return self if pred is self.predictor else PredictorCosts(pred, self.label)
 
     def in_range(self, sub: OpSpec) -> bool:
         """``sub`` lies inside the shapes the predictor was trained on, on both processors."""

@@ -86,3 +86,8 @@ class OpNode:
         spec = doc.pop("spec")
         doc["dims"] = tuple(doc["dims"])
         return OpNode(spec=OpSpec.from_json(spec) if spec else None, **doc)
+
+
+def footprint_bytes(nodes: list[OpNode]) -> int:
+    """Bytes a model touches per inference: every op's weights and output."""
+    return sum(n.weight_bytes + n.out_bytes for n in nodes)

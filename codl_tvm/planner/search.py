@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from ..geometry import row_part, split_count
 from ..predictor.opspec import OpSpec
-from .costs import CostSource, trusted
-from .nodes import OpNode
+from .costs import CostSource, in_model, trusted
+from .nodes import OpNode, footprint_bytes
 
 ROLES = ("gpu", "cpu")
 DEFAULT_STEP = 0.05
@@ -101,8 +101,9 @@ def unit_parts(nodes: list[OpNode], dim: str, ratio: float) -> dict[str, list[Op
 class Evaluator:
     """Costs of units and whole placements from one :class:`CostSource`, memoised."""
 
-    def __init__(self, costs: CostSource) -> None:
-        self.costs = costs
+    def __init__(self, costs: CostSource, nodes: list[OpNode] | None = None) -> None:
+        # a model's own footprint decides which cached weights stay in the GPU's L2
+        self.costs = costs if nodes is None else in_model(costs, footprint_bytes(nodes))
         self._kernels: dict[tuple[str, OpSpec], float] = {}
         self._units: dict[tuple, UnitCost | None] = {}
 
