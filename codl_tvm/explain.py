@@ -8,6 +8,7 @@ that :func:`codl_tvm.timeline.draw` draws.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -183,8 +184,9 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rows = plan_rows(mod, plan)
-        specs = {d["id"]: op_spec(d) for d in (a.describe() for a in
-                                                 find_anchors(entry_function(mod)))}
+        docs = [a.describe() for a in find_anchors(entry_function(mod))]
+        specs = {d["id"]: op_spec(d) for d in docs}
+        costs = costs.in_model(footprint_bytes(docs)) if hasattr(costs, "in_model") else costs
         timeline = layout(rows, specs, costs, plan.io_device)
     notes = list(dict.fromkeys(str(w.message) for w in caught))
     return Explanation(rows, timeline, costs.label, costs.unit, notes)
@@ -225,8 +227,24 @@ class PredictorCosts(FlopsCosts):
     def kernel_us(self, role: str, spec: OpSpec) -> float:
         return self.predictor.kernel_us(role, spec)
 
+    def in_model(self, footprint_bytes: int) -> PredictorCosts:
+        """These costs for one model's ops (the predictor's cache-residency context)."""
+        fn = getattr(self.predictor, "in_model", None)
+        pred = fn(footprint_bytes) if fn is not None else self.predictor
+        if pred is self.predictor:
+            return self
+        other = copy.copy(self)
+        other.predictor = pred
+        return other
+
     def share_us(self, op: str, role: str, nbytes: float) -> float:
         return self.predictor.sharing_.cost(op, role, nbytes)
+
+
+def footprint_bytes(docs: list[dict]) -> int:
+    """Bytes the anchors of a model touch per inference (weights and outputs, float32), as
+    the planner counts them (:func:`codl_tvm.planner.nodes.footprint_bytes`)."""
+    return 4 * sum(math.prod(d.get("weight", [0])) + math.prod(d["out"]) for d in docs)
 
 
 def _moved_bytes(spec: OpSpec, direction: str) -> int:

@@ -189,3 +189,21 @@ def test_draw_writes_a_readable_png(tmp_path, tiny, predictor):
     image = matplotlib.image.imread(path)
     assert image.shape[0] > 300 and image.shape[1] > 1000
     assert image[..., :3].std() > 0.1  # not a blank canvas
+
+
+def test_explain_times_ops_in_the_model_context_like_the_planner():
+    # the shipped H100 predictor: a model beyond the GPU's L2 streams its GEMV weights cold,
+    # and the explained times must be the ones the planner decided with
+    from codl_tvm.explain import PredictorCosts
+    from codl_tvm.planner.costs import PredictorCosts as PlannerCosts
+    from codl_tvm.predictor import default_for
+
+    pred = default_for("x86-cuda")
+    fc = OpSpec("dense", 1, 1, 512, 1000, 1, 1)
+    costs = PredictorCosts(pred)
+    beyond = pred.machine_.l2_bytes + 1
+    assert costs.in_model(pred.machine_.l2_bytes) is costs
+    cold = costs.in_model(beyond)
+    assert cold.label == costs.label
+    assert cold.kernel_us("gpu", fc) > costs.kernel_us("gpu", fc)
+    assert cold.kernel_us("gpu", fc) == PlannerCosts(pred).in_model(beyond).kernel_us("gpu", fc)
