@@ -13,6 +13,7 @@ import hypothesis.strategies as st
 import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
+from test_schedules_gpu_conv import fma_section
 
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import gpu_winograd as W
@@ -64,6 +65,8 @@ def test_winograd_numerics(case):
         ((1, 6, 3, 11), (33, 6, 3, 3), dict(padding=(1, 1, 0, 1))),  # H-split part, asym pad
         ((1, 7, 5, 5), (3, 7, 3, 3), {}),  # no padding, OH = OW = 3 (odd), thin OC
         ((1, 150, 4, 6), (70, 150, 3, 3), dict(padding=(0, 1, 2, 1))),  # IC, OC not tiles
+        ((1, 8, 26, 26), (113, 8, 3, 3), dict(padding=1)),  # 169 tiles, OC 113: partial tiles
+        ((1, 4, 13, 13), (461, 4, 3, 3), dict(padding=1)),  # 49 tiles
     ],
 )
 def test_winograd_awkward(x, w, attrs):
@@ -142,3 +145,17 @@ def test_compiles_with_shared_memory_and_grid(case, target, monkeypatch):
         assert source.count("__global__ void") == 2 * 4  # declarations + definitions
     else:
         assert "__local float" in source
+
+
+def test_fma_loop_has_no_bounds_check(monkeypatch):
+    """The batched GEMM runs over whole tiles (zero-padded U and V), so OC 113 and 169 tiles
+    put no condition in the FMA part of its K loop (see the tiled conv's test)."""
+    monkeypatch.setenv(W.ENV, "1")
+    conv = T.conv2d_func((1, 64, 26, 26), (113, 64, 3, 3), padding=1)
+    plan = W.make_plan(analyze(conv).conv, target_info(CUDA))
+    assert plan.m % plan.tile.bm and plan.n % plan.tile.bn
+    func = T.schedule(T.with_target(conv, CUDA), CUDA)
+    assert blocking_of(func).rule == "gpu-conv2d-winograd"
+    fma = fma_section(T.build(func, CUDA).mod.imports[0].inspect_source())
+    assert fma.count("codl_conv_local_ptr[") >= 2 * plan.tile.tm * plan.tile.tn
+    assert "if (" not in fma and "?" not in fma

@@ -161,8 +161,10 @@ def winograd_compute(plan: Plan):
             name="codl_im2col",
         )
         rk = te.reduce_axis((0, plan.kp), name="rk")
+        # whole tiles, so the unrolled FMA loop has no bounds check (see gpu_conv.conv_compute);
+        # the output transform reads only [:m, :n]
         m = te.compute(
-            (16, plan.m, plan.n),
+            (16, mp, np_),
             lambda e, f, p: te.sum(us[e, rk, f] * vs[e, rk, p], axis=rk),
             name="codl_conv",
         )
