@@ -6,6 +6,7 @@
 #   python benchmarks/bench_models.py build --predictor predictor-x86-cuda.json \
 #       -o /tmp/bench --pack .devcarry/bench.tgz
 # There (device tool, carry .devcarry):  bash benchmarks/run_bench_h100.sh
+#   (BENCH_TGZ names another pack; TVM_BIND_THREADS=0 in the environment unpins TVM's CPU pool)
 # Writes $OUT/bench-h100.json (rows per model) and, when the oracle bundle is in the pack and
 # not measured yet, $OUT/oracle-samples.csv for `build --oracle-samples`.
 set -euo pipefail
@@ -14,7 +15,8 @@ BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-240}
 ORACLE_DEADLINE_S=${ORACLE_DEADLINE_S:-120}
 mkdir -p "$OUT" /tmp/site /tmp/benchroot
 tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
-tar xzf .devcarry/bench.tgz -C /tmp/benchroot
+rm -rf /tmp/benchroot/bench
+tar xzf "${BENCH_TGZ:-.devcarry/bench.tgz}" -C /tmp/benchroot
 export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader; \
   lscpu | head -20; } > "$OUT/machine.txt" 2>&1 || true
