@@ -43,8 +43,28 @@ from codl_tvm.predictor.opspec import OpSpec
 __all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "terms"]
 
 
+# CPU caches (Intel Sapphire Rapids, Intel 64 and IA-32 Architectures Optimization Reference
+# Manual, Golden Cove: 48 KiB L1D and 2 MiB L2 per core, each core two hyperthreads).
+CPU_L1_BYTES = 48 << 10
+CPU_L2_BYTES_PER_CORE = 2 << 20
+CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _over_l1(task_bytes: int) -> bool:
+    """A task's operand panel no longer stays in L1 across its reduction loop."""
+    return task_bytes > CPU_L1_BYTES
+
+
+def _streamed(pass_bytes: int, m: Machine) -> float:
+    """Bytes per core of a parallel pass whose working set exceeds the L2s of the cores
+    (``cores / CPU_SMT`` of them): its passes stream from L3/DRAM at a lower rate, 0 otherwise.
+    The samples' pool and elementwise passes change regime between 12 and 24 MB (16 vCPUs)."""
+    l2_bytes = max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    return pass_bytes / m.cores if pass_bytes > l2_bytes else 0.0
 
 
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
@@ -70,6 +90,9 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         s.IC * hp * wp / m.cores,  # padded input copy
         ocp * ocb * red / m.cores,  # weight pack (every call)
         s.out_elems / m.cores,  # unpack
+        # weight vector loads of the critical core once a task's packed weight panel
+        # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
+        waves * red * vecs * _over_l1(ocb * red * 4),
     ]
 
 
@@ -87,6 +110,7 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         s.IC * pp * np_ / m.cores,  # input pack
         ocp * mr * s.IC / m.cores,  # weight pack
         s.out_elems / m.cores,  # unpack
+        waves,  # per task: its panels' first touch (an IC x np input panel, IC x mr weights)
     ]
 
 
@@ -104,6 +128,8 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
         16 * s.IC * pp * pt / m.cores,  # pad + input transform
         16 * ocp * ocb * s.IC / m.cores,  # weight transform
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
+        # weight vector loads once a task's IC x ocb weight panel spills L1 (as cpu_conv)
+        waves * s.IC * vecs * _over_l1(s.IC * ocb * 4),
     ]
 
 
@@ -121,9 +147,16 @@ def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
 
 
 def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
-    """pool: one task per (channel, row), scalar window loop per output."""
+    """pool: one task per (channel, row), scalar window loop per output; a fixed cost per
+    row task (many channels of short rows: 15x15x3537 avg pools ~5x slower per output);
+    input + output streamed beyond the L2s."""
     waves = _cdiv(s.OC * s.out_h, m.cores)
-    return [waves * s.out_w * s.reduction, waves * s.out_w, s.IC * s.H * s.W / m.cores]
+    return [
+        waves * s.out_w * s.reduction,  # window elements on the critical core
+        waves * s.out_w,  # outputs (and the avg pool's divide) on the critical core
+        waves,  # per row task
+        _streamed((s.IC * s.H * s.W + s.out_elems) * 4, m),
+    ]
 
 
 def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
@@ -138,13 +171,15 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
         _cdiv(tail, m.cores) * s.IC,
         float(bool(tail)),
         s.IC * s.OC / m.cores,
+        _streamed(s.IC * s.OC * 4, m),  # the weight streamed beyond the L2s
     ]
 
 
 def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
-    """parallel-loops over (channel, row), a row per task."""
+    """parallel-loops over (channel, row), a row per task; read + write streamed beyond the
+    L2s (41 M elements: 2.5x slower per element than 8 M)."""
     waves = _cdiv(s.OC * s.out_h, m.cores)
-    return [waves * s.out_w, waves]
+    return [waves * s.out_w, waves, _streamed(2 * s.out_elems * 4, m)]
 
 
 def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:

@@ -1,0 +1,100 @@
+"""Re-measure chosen rows of a samples file after their kernels changed: rebuild their jobs
+into a profiling bundle, run it on the target, merge the new rows back.
+
+    # here: a bundle of the H100 samples' GPU tiled / Winograd conv rows
+    python benchmarks/remeasure_bundle.py bundle codl_tvm/data/samples-x86-cuda-h100.csv \
+        --role gpu --algorithms gpu-conv-tiled,gpu-conv-tiled-split-k,gpu-winograd-2x2-3x3 \
+        --arch sm_90 --mcpu sapphirerapids --num-cores 16 -o .devcarry/regpu-bundle
+    # there: python3 codl_tvm/profiler/bundle_runner.py .devcarry/regpu-bundle -o new.csv --rounds 3
+    # here: replace the old rows by the new ones (same sample key), keep everything else
+    python benchmarks/remeasure_bundle.py merge codl_tvm/data/samples-x86-cuda-h100.csv new.csv \
+        -o codl_tvm/data/samples-x86-cuda-h100.csv
+
+Session 2 re-measured the GPU Winograd shapes this way; session 3 the GPU convs after their
+FMA loop lost its bounds checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
+from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.space import Job  # noqa: E402
+
+
+def row_job(r: dict) -> Job:
+    """The profiling job that measured sample row ``r``."""
+    pad = tuple(int(p) for p in str(r["padding"]).split(":"))
+    spec = OpSpec(r["op"], r["H"], r["W"], r["IC"], r["OC"], r["KH"], r["KW"], r["SH"], r["SW"],
+                  pad, r["dilation"], r["groups"])  # fmt: skip
+    return Job(r["role"], r["op"], spec, r["dim"], float(r["ratio"]), model=r["model"])
+
+
+def bundle(args: argparse.Namespace) -> int:
+    from codl_tvm.device import DevicePair
+    from codl_tvm.profiler.bundle import build_bundle
+
+    algos = set(args.algorithms.split(","))
+    rows = [r for r in read_samples(args.samples)
+            if r["role"] == args.role and r["algorithm"] in algos]
+    jobs = [row_job(r) for r in rows]
+    cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
+    pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
+    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    print(f"{len(jobs)} jobs of {len(rows)} rows -> {args.output} "
+          f"({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    import csv
+
+    from codl_tvm.profiler.schema import row_key
+
+    read_samples(args.new)  # a broken or foreign file stops here, before anything is written
+    with open(args.samples, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames
+        old = list(reader)
+    with open(args.new, newline="") as f:
+        added = list(csv.DictReader(f))
+    fresh = {row_key(r) for r in added}
+    kept = [r for r in old if row_key(r) not in fresh]
+    tmp = Path(args.output).with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(kept + added)
+    read_samples(tmp)  # the merged file must load before it replaces anything
+    tmp.replace(args.output)
+    print(f"{len(old) - len(kept)} rows replaced by {len(added)} new ones -> {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bundle")
+    b.add_argument("samples")
+    b.add_argument("--role", required=True)
+    b.add_argument("--algorithms", required=True)
+    b.add_argument("--arch", default="sm_90")
+    b.add_argument("--mcpu", default="sapphirerapids")
+    b.add_argument("--num-cores", type=int, default=16)
+    b.add_argument("--max-mib", type=float, default=40)
+    b.add_argument("-o", "--output", required=True)
+    m = sub.add_parser("merge")
+    m.add_argument("samples")
+    m.add_argument("new")
+    m.add_argument("-o", "--output", required=True)
+    args = parser.parse_args(argv)
+    return bundle(args) if args.cmd == "bundle" else merge(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
