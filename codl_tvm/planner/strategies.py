@@ -34,9 +34,10 @@ class Options:
     delta: float = DEFAULT_DELTA  # Algorithm 1's range around the head's ratio
     min_gain: float = 0.0  # a split must beat the faster processor by this fraction
     # a plan must beat the better single processor by this fraction of its estimate, else that
-    # processor runs the model: whole-model estimates of plans that move ops between
-    # processors erred by ~4% on the H100 (session 3), and a 0-2% predicted gain there is a
-    # coin toss that costs a copy and a sync when it lands wrong (tiny-cnn, 0.97x)
+    # processor runs the model: on the H100 the estimated ratio of such plans to the best
+    # single processor was off by ~5% on average (BENCH.md, run 5), and a gain predicted
+    # below 2% is a coin toss that costs a copy and a sync when it lands wrong (tiny-cnn lost
+    # 3% that way); wider margins would drop real gains (ResNet-18's estimate was once 2.9%)
     min_plan_gain: float = 0.02
     memory_cap: float | None = 1.3  # max total memory vs the GPU-only plan (None: no cap)
     extra: dict[str, Any] = field(default_factory=dict)
