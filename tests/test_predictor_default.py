@@ -111,5 +111,5 @@ def test_models_beyond_the_l2_predict_the_cold_cache_gemv(shipped):
     assert shipped.in_model(l2) is shipped
     cold = shipped.in_model(l2 + 1)
     assert cold.machine_.l2_bytes == 0 and shipped.machine_.l2_bytes == l2
-    assert cold.kernel_us("gpu", fc) > 1.5 * shipped.kernel_us("gpu", fc)
+    assert cold.kernel_us("gpu", fc) > 1.2 * shipped.kernel_us("gpu", fc)
     assert cold.kernel_us("cpu", fc) == shipped.kernel_us("cpu", fc)

@@ -31,9 +31,12 @@ from collections.abc import Callable
 
 from codl_tvm import tiling
 from codl_tvm.predictor.mirror import (
+    GEMV_K_THREADS,
+    GPU_GEMV,
     GPU_WINOGRAD,
     Machine,
     conv_shape,
+    gemv_columns,
     gpu_plan,
     gpu_variant,
     kernel,
@@ -266,6 +269,28 @@ def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
     return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
 
 
+MAX_RESIDENT_BLOCKS = 32  # CUDA's limit of resident blocks per SM (sm_50 to sm_90)
+SECTOR_BYTES = 32  # the unit of a GPU global-memory load
+
+
+def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Reduction of a batch-1 dense ``x[1, K] @ W[K, N]``: blocks of ``tx`` output
+    columns x 16 threads splitting K, each thread a serial loop of K/16 steps, then a
+    cross-thread sum. Terms: the loop steps of the critical SM's resident blocks; the weight
+    bytes the loads fetch (a row of ``tx`` columns still costs whole 32-byte sectors: a prime
+    N gets ``tx = 1`` and 8x the traffic), from L2 or from memory; the steps again once the
+    weight is beyond the L2 (each step then waits on memory); and the blocks' reductions. The
+    L2 regime switches at half the L2: the H100's is two partitions, and the samples turn at
+    20-40 MB of weights."""
+    tx = gemv_columns(s.OC)
+    blocks = s.OC // tx
+    resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
+    steps = _cdiv(blocks, m.sms * resident) * _cdiv(s.IC, GEMV_K_THREADS)
+    fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
+    beyond = s.IC * s.OC * 4 > m.l2_bytes // 2
+    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, blocks]
+
+
 # (processor family, model algorithm) -> terms; the fixed launch cost t0 is added by the model
 TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("cpu", "gemm-1x1"): cpu_gemm,
@@ -283,7 +308,8 @@ TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("gpu", "depthwise-direct"): gpu_thread,
     ("gpu", "pool"): gpu_thread,
     ("gpu", "elementwise"): gpu_thread,
-    ("gpu", "dlight-fallback"): gpu_dense,
+    ("gpu", "dlight-fallback"): gpu_dense,  # samples taken before the GEMV rule (session 2)
+    ("gpu", GPU_GEMV): gpu_gemv,
 }
 # a label whose kernel shares another's model (same kernel, one term more or less)
 SAME_MODEL = {"gpu-conv-tiled-split-k": "gpu-conv-tiled"}

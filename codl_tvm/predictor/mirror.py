@@ -194,6 +194,25 @@ def _gpu_implicit_gemm(s: OpSpec, _m: Machine) -> Kernel | None:
     return Kernel("implicit-gemm", math.ceil(s.OC / 64) * math.ceil(s.out_h * s.out_w / 32))
 
 
+GPU_GEMV = "dlight-reduction"  # the batch-1 dense kernel's Blocking.algorithm
+GEMV_K_THREADS = 16  # DLight Reduction's len_ty: threads splitting K (inner-spatial case)
+
+
+def gemv_columns(n: int) -> int:
+    """Output columns per block of DLight Reduction on ``x[1, K] @ W[K, n]``: the largest
+    divisor of ``n`` up to 16 (``dlight.gpu.reduction._suggest_inner_spatial_tx``)."""
+    tx = 16
+    while tx > 1 and n % tx:
+        tx -= 1
+    return tx
+
+
+def _gpu_gemv(s: OpSpec, _m: Machine) -> Kernel | None:
+    if s.kind != "dense":
+        return None  # DLight's GEMV rules decline the K-outer weight; Reduction takes it
+    return Kernel(GPU_GEMV, s.OC // gemv_columns(s.OC))
+
+
 def _gpu_fallback(kinds: tuple[str, ...], algorithm: str) -> Callable:
     def rule(s: OpSpec, m: Machine) -> Kernel | None:
         return Kernel(algorithm, _per_thread(s, m)) if s.kind in kinds else None
@@ -214,8 +233,7 @@ ROWS: dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]] = {
         (_gpu_implicit_gemm, CONV),
         (_gpu_fallback(CONV, "depthwise-direct"), CONV),
         (_gpu_fallback(POOL, "pool"), POOL),
-        # DLight's GEMV rules decline M = 1
-        (_gpu_fallback(("dense",), "dlight-fallback"), ("dense",)),
+        (_gpu_gemv, ("dense",)),
         (_gpu_fallback(("elementwise",), "elementwise"), ("elementwise",)),
     ),
 }  # fmt: skip
