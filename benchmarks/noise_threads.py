@@ -43,6 +43,8 @@ def _read(path: Path) -> list[dict]:
 def summarise(folder: Path) -> list[dict]:
     files = sorted(folder.glob("noise-t*-b*.csv*"),
                    key=lambda p: [-int(x) for x in re.findall(r"\d+", p.name)])
+    if not files:
+        raise SystemExit(f"{folder}: no noise-tT-bB.csv[.gz] files (run_noise_threads_h100.sh)")
     runs = {f: _read(f) for f in files}
     base = {tuple(r[k] for k in KEY): r["latency_us"] for r in runs[files[0]]}
     out = []

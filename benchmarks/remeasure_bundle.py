@@ -42,6 +42,8 @@ def bundle(args: argparse.Namespace) -> int:
     algos = set(args.algorithms.split(","))
     rows = [r for r in read_samples(args.samples)
             if r["role"] == args.role and r["algorithm"] in algos]
+    if not rows:
+        raise SystemExit(f"{args.samples}: no {args.role} rows of algorithms {sorted(algos)}")
     jobs = [row_job(r) for r in rows]
     cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
     pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
