@@ -155,7 +155,7 @@ def _conv_info(func: tirx.PrimFunc, blocks: list[SBlock], k: int) -> Conv2DInfo 
         return None
     src = data.source
     pad = (0, 0, 0, 0)
-    if not any(src.same_as(p) for p in func.params):
+    if not _is_param(func, src):
         producers = [b for b in blocks[:k] if any(w.source.same_as(src) for w in b.writes)]
         if len(producers) != 1 or len(producers[0].reads) != 1:
             return None
@@ -168,6 +168,10 @@ def _conv_info(func: tirx.PrimFunc, blocks: list[SBlock], k: int) -> Conv2DInfo 
         top, left = offs
         pad = (top, left, padded[2] - xshape[2] - top, padded[3] - xshape[3] - left)
         src = x
+    # conv2d_transpose legalizes to a conv over a dilated input and a flipped kernel: both
+    # are intermediate buffers, and a rebuilt kernel reading the params would drop them
+    if not (_is_param(func, src) and _is_param(func, weight.source)):
+        return None
     xshape = _ints(src.shape)
     if xshape is None or len(xshape) != 4 or xshape[1] % wshape[1] != 0:
         return None
@@ -177,6 +181,10 @@ def _conv_info(func: tirx.PrimFunc, blocks: list[SBlock], k: int) -> Conv2DInfo 
         dilation=(hc[1], wc[1]), pad=pad, oh=oshape[2], ow=oshape[3],
     )
     return info if _consistent(info) else None
+
+
+def _is_param(func: tirx.PrimFunc, buf: Var) -> bool:
+    return any(buf.same_as(p) for p in func.params)
 
 
 def _consistent(c: Conv2DInfo) -> bool:

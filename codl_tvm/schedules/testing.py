@@ -32,6 +32,14 @@ def _legalized(params: list[tuple[str, tuple[int, ...]]], body: Callable, fuse: 
     return funcs[0]
 
 
+def op_func(
+    params: list[tuple[str, tuple[int, ...]]], body: Callable, fuse: bool = False
+) -> tirx.PrimFunc:
+    """Legalized PrimFunc of ``body(bb, *param_vars)``: any Relax op(s), for checks of ops
+    the schedules must recognise, or must leave alone."""
+    return _legalized(params, body, fuse)
+
+
 def conv2d_func(
     x: tuple[int, ...], w: tuple[int, ...], *, bias_relu: bool = False, **attrs
 ) -> tirx.PrimFunc:
