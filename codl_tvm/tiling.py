@@ -363,3 +363,8 @@ def gpu_winograd_grid(c: Conv, tile: Tile, th: int, tw: int) -> dict[str, int]:
         grid[bx] = math.ceil(items / WINOGRAD_TRANSFORM_THREADS)
         grid[tx] = WINOGRAD_TRANSFORM_THREADS
     return grid
+
+# GPU pools with a 1x1 output and at least this many window elements get DLight Reduction (one
+# block per output) instead of one thread per output: a warp's worth, below which a thread per
+# output loses little
+GLOBAL_POOL_MIN_WINDOW = 32

@@ -94,6 +94,8 @@ def _cases() -> list[OpSpec]:
         OpSpec("depthwise", 28, 28, 96, 96, 3, 3, pad=(1, 1, 1, 1), groups=96),
         OpSpec("conv2d", 14, 14, 64, 128, 3, 3, pad=(1, 1, 1, 1), groups=4),  # grouped
         OpSpec("pool_max", 27, 27, 64, 64, 3, 3, 2, 2),
+        OpSpec("pool_avg", 7, 7, 512, 512, 7, 7),  # global: GPU reduction, one block a channel
+        OpSpec("pool_max", 5, 5, 64, 64, 5, 5),  # 1x1 output, window 25 < 32: thread per output
         OpSpec("dense", 1, 1, 1000, 70),
     ]
     for op in hand:

@@ -8,6 +8,7 @@ import re
 
 import pytest
 import tvm
+from tvm.relax import op as rop
 
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import testing as T
@@ -30,6 +31,10 @@ CASES = {
                                         padding=1), "gpu-grouped-conv2d"),
     "avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(3, 3),
                                        padding=(1, 0, 0, 1)), "gpu-pool2d"),
+    "global-avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(9, 9)),
+                        "gpu-global-pool2d"),
+    "instance-norm-mean": (lambda: T.op_func([("x", (1, 6, 40, 30))], lambda bb, x: rop.mean(
+        x, axis=[2, 3], keepdims=True)), "gpu-global-pool2d"),
     "gemv": (lambda: T.matmul_func(1, 64, 37), "gpu-gemv"),
     "gemm": (lambda: T.matmul_func(30, 64, 100), "gpu-matmul"),
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from codl_tvm import tiling
 from codl_tvm.predictor.opspec import COMPUTE_KINDS, OpSpec
+from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,13 @@ def _gpu_gemv(s: OpSpec, _m: Machine) -> Kernel | None:
     return Kernel(GPU_GEMV, s.OC // gemv_columns(s.OC))
 
 
+def _gpu_global_pool(s: OpSpec, _m: Machine) -> Kernel | None:
+    """DLight Reduction on a 1x1-output pool: one block per channel (``gpu-global-pool2d``)."""
+    if s.kind not in POOL or (s.out_h, s.out_w) != (1, 1) or s.KH * s.KW < GLOBAL_POOL_MIN_WINDOW:
+        return None
+    return Kernel("global-reduction", s.OC)
+
+
 def _gpu_fallback(kinds: tuple[str, ...], algorithm: str) -> Callable:
     def rule(s: OpSpec, m: Machine) -> Kernel | None:
         return Kernel(algorithm, _per_thread(s, m)) if s.kind in kinds else None
@@ -232,7 +240,7 @@ ROWS: dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]] = {
         (_gpu_thin_oc, CONV), (_gpu_winograd, CONV), (_gpu_tiled, CONV),
         (_gpu_implicit_gemm, CONV),
         (_gpu_fallback(CONV, "depthwise-direct"), CONV),
-        (_gpu_fallback(POOL, "pool"), POOL),
+        (_gpu_global_pool, POOL), (_gpu_fallback(POOL, "pool"), POOL),
         (_gpu_gemv, ("dense",)),
         (_gpu_fallback(("elementwise",), "elementwise"), ("elementwise",)),
     ),

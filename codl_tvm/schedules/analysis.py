@@ -8,6 +8,7 @@ index expressions of the reduction block, so a rule never trusts a block name.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import tvm
 from tvm import tirx
@@ -60,6 +61,7 @@ class OpInfo:
     conv: Conv2DInfo | None = None
     epilogue: tuple[str, ...] = ()
     prologue: tuple[str, ...] = ()
+    reduce_size: int = 0  # elements reduced into one output (a pool's window); 0 if unknown
 
 
 def leaf_blocks(func: tirx.PrimFunc) -> list[SBlock]:
@@ -231,10 +233,16 @@ def analyze(func: tirx.PrimFunc) -> OpInfo:
         )
         return OpInfo(kind, block.name_hint, out_shape, dtype, conv, epi, pro)
     if n_iter == 6 and [int(iv.iter_type) for iv in block.iter_vars][4:] == [REDUCE, REDUCE]:
-        return OpInfo("pool2d", block.name_hint, out_shape, dtype, None, epi, pro)
+        return OpInfo("pool2d", block.name_hint, out_shape, dtype, None, epi, pro,
+                      _reduce_size(block))
     if _is_matmul(block) and not pro:
         return OpInfo("matmul", block.name_hint, out_shape, dtype, None, epi, pro)
     return OpInfo("unknown", block.name_hint, out_shape, dtype, None, epi, pro)
+
+
+def _reduce_size(block: SBlock) -> int:
+    extents = [_ints([iv.dom.extent]) for iv in block.iter_vars if int(iv.iter_type) == REDUCE]
+    return math.prod(e[0] for e in extents) if all(extents) else 0
 
 
 def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:

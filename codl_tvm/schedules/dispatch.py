@@ -16,6 +16,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
+from ..tiling import GLOBAL_POOL_MIN_WINDOW
 from . import cpu_conv, cpu_gemm, cpu_rules, cpu_winograd, gpu_conv, gpu_rules, gpu_winograd
 from .analysis import OpInfo, analyze, matmul_dims
 from .blocking import Blocking
@@ -47,6 +48,10 @@ def _always(_info: OpInfo, _t: TargetInfo) -> bool:
 
 def _thin_oc(info: OpInfo, _t: TargetInfo) -> bool:
     return info.conv is not None and info.conv.oc <= 4
+
+
+def _global_pool(info: OpInfo, _t: TargetInfo) -> bool:
+    return tuple(info.out_shape[2:]) == (1, 1) and info.reduce_size >= GLOBAL_POOL_MIN_WINDOW
 
 
 def _small_m(info: OpInfo, _t: TargetInfo) -> bool:
@@ -166,6 +171,11 @@ RULES: tuple[Rule, ...] = (
          _dlight(("matmul", "fallback"), "implicit-gemm")),
     Rule("gpu-grouped-conv2d", "gpu", ("depthwise_conv2d", "group_conv2d"), _always,
          _dlight(("fallback",), "depthwise-direct")),
+    # a 1x1-output pool over a wide window (instance norm's mean, global average pooling): one
+    # block per output reducing across its threads; Fallback gave each output one thread and
+    # a serial loop over the window (307200 elements for fast-style-transfer's first norm)
+    Rule("gpu-global-pool2d", "gpu", ("pool2d",), _global_pool,
+         _dlight(("reduction", "general_reduction", "fallback"), "global-reduction")),
     Rule("gpu-pool2d", "gpu", ("pool2d",), _always, _dlight(("fallback",), "pool")),
     # batch-1 dense x[1, K] @ W[K, N]: DLight's GEMV rules decline the K-outer weight, and its
     # Fallback gives each thread one column and a serial loop over all of K (168 us for

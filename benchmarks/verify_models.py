@@ -1,0 +1,140 @@
+"""Whole zoo models on the real GPU give onnxruntime's answer, unsplit and split.
+
+The CPU tests prove the partitions on the cpu-pair and build the CUDA kernels without running
+them; this runs them. Models whose weights fit the 64 MiB carry, at small inputs:
+
+    # here (full TVM + onnxruntime): artifacts with weights, inputs, onnxruntime's outputs
+    python benchmarks/verify_models.py build -o .devcarry/verify
+    # there (runtime-only TVM, CUDA):
+    python benchmarks/verify_models.py run .devcarry/verify -o $OUT/verify-h100.json
+
+``run`` prints one row per (model, plan): relative error against onnxruntime and against the
+model's gpu-only run; it exits 1 when any error is over its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
+GPU = {"kind": "cuda", "arch": "sm_90"}
+ORT_TOL = 1e-4  # other kernels, other summation orders
+SPLIT_TOL = 1e-5  # a split must give the unsplit answer
+# model -> (zoo kwargs, [(plan name, dim, ratio, chain)]); gpu-only is always built
+CASES: dict[str, tuple[dict, list[tuple[str, str, float, bool]]]] = {
+    # deconvs, and instance norms whose means are 1x1-output pools over 256-4096 elements
+    "fast-style-transfer": (dict(input_shape=(64, 64)), [("H-0.5-chain", "H", 0.5, True)]),
+    "tiny-cnn": ({}, [("H-0.7-chain", "H", 0.7, True)]),
+    "lstm": ({}, [("OC-0.5", "OC", 0.5, False)]),
+    "gru": ({}, [("OC-0.5", "OC", 0.5, False)]),
+}
+
+
+def build(out: Path, pair_name: str) -> int:
+    import warnings
+
+    import onnxruntime as ort
+
+    import codl_tvm
+    from codl_tvm import Plan, zoo
+
+    pair = (codl_tvm.DevicePair("x86-cuda", CPU, GPU) if pair_name == "x86-cuda"
+            else codl_tvm.DevicePair.preset(pair_name))
+    index = []
+    for model, (kw, splits) in CASES.items():
+        path = zoo.get(model, **kw)
+        mod = codl_tvm.load_model(path)
+        inputs = zoo.sample_inputs(model, seed=0, **kw)
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (out / model).mkdir(parents=True, exist_ok=True)
+        np.savez(out / model / "inputs.npz", **inputs)
+        np.savez(out / model / "expected.npz",
+                 **{f"output_{i}": o for i, o in enumerate(sess.run(None, inputs))})
+        plans = {"gpu-only": None}
+        plans.update({name: Plan.uniform(mod, d, r, chain=c) for name, d, r, c in splits})
+        for name, plan in plans.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # stated fallbacks
+                codl_tvm.compile(mod, pair, plan).export(out / model / name)
+            index.append({"model": model, "plan": name})
+        print(f"{model}: {list(plans)}", flush=True)
+    (out / "index.json").write_text(json.dumps(index, indent=1))
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"wrote {out} ({size / 2**20:.1f} MiB)")
+    return 0
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    if not np.issubdtype(want.dtype, np.floating):
+        return 0.0 if np.array_equal(got, want) else 1.0
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def _warm(paths: list[Path], jobs: int) -> None:
+    """nvcc every artifact's kernels in ``jobs`` processes first (the bench bundle's loader)."""
+    import subprocess
+
+    chunks = [paths[i::jobs] for i in range(jobs) if paths[i::jobs]]
+    procs = [subprocess.Popen([sys.executable, "-m", "codl_tvm.planner.bundle", "--warm",
+                               *map(str, c)]) for c in chunks]
+    if any(p.wait() for p in procs):
+        raise RuntimeError("loading an artifact failed (see the messages above)")
+
+
+def run(folder: Path, output: Path, jobs: int) -> int:
+    from codl_tvm import runtime
+
+    os.environ.setdefault("CODL_CUDA_CACHE", "/tmp/codl-nvcc-cache")
+    index = json.loads((folder / "index.json").read_text())
+    if jobs > 1:
+        _warm([folder / e["model"] / e["plan"] for e in index], jobs)
+    rows, unsplit = [], {}
+    for entry in index:
+        model, plan = entry["model"], entry["plan"]
+        with np.load(folder / model / "inputs.npz") as f:
+            inputs = {k: f[k] for k in f.files}
+        with np.load(folder / model / "expected.npz") as f:
+            expected = [f[f"output_{i}"] for i in range(len(f.files))]
+        outs = runtime.load(folder / model / plan).run(inputs)
+        unsplit.setdefault(model, outs)
+        ort_err = max(_rel_err(o, e) for o, e in zip(outs, expected, strict=True))
+        split_err = max(_rel_err(o, u) for o, u in zip(outs, unsplit[model], strict=True))
+        ok = ort_err <= ORT_TOL and split_err <= SPLIT_TOL
+        rows.append({"model": model, "plan": plan, "vs_onnxruntime": ort_err,
+                     "vs_gpu_only": split_err, "ok": ok})
+        print(f"{model:20s} {plan:12s} vs onnxruntime {ort_err:.2e}  vs gpu-only "
+              f"{split_err:.2e}  {'ok' if ok else 'WRONG'}", flush=True)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("-o", "--output", default=".devcarry/verify")
+    b.add_argument("--pair", default="x86-cuda",
+                   help="x86-cuda (the H100 machine) or a preset, e.g. cpu-pair to try it here")
+    r = sub.add_parser("run")
+    r.add_argument("folder")
+    r.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."),
+                                                          "verify-h100.json"))
+    r.add_argument("--jobs", type=int, default=8, help="processes compiling CUDA first")
+    args = p.parse_args()
+    if args.cmd == "build":
+        return build(Path(args.output), args.pair)
+    return run(Path(args.folder), Path(args.output), args.jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
