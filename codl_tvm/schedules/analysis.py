@@ -62,6 +62,8 @@ class OpInfo:
     epilogue: tuple[str, ...] = ()
     prologue: tuple[str, ...] = ()
     reduce_size: int = 0  # elements reduced into one output (a pool's window); 0 if unknown
+    # conv2d_transpose: ``conv`` is the stride-1 conv over the input dilated by this much
+    input_dilation: tuple[int, int] = (1, 1)
 
 
 def leaf_blocks(func: tirx.PrimFunc) -> list[SBlock]:
@@ -232,6 +234,13 @@ def analyze(func: tirx.PrimFunc) -> OpInfo:
             "depthwise_conv2d" if conv.depthwise else "group_conv2d"
         )
         return OpInfo(kind, block.name_hint, out_shape, dtype, conv, epi, pro)
+    if n_iter == 7:
+        from .conv_transpose import recognise  # imports this module's helpers
+
+        found = recognise(func, blocks, k)
+        if found is not None:
+            return OpInfo("conv2d_transpose", block.name_hint, out_shape, dtype, found[0], epi,
+                          pro, input_dilation=found[1])
     if n_iter == 6 and [int(iv.iter_type) for iv in block.iter_vars][4:] == [REDUCE, REDUCE]:
         return OpInfo("pool2d", block.name_hint, out_shape, dtype, None, epi, pro,
                       _reduce_size(block))

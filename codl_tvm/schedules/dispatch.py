@@ -17,7 +17,16 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
 from ..tiling import GLOBAL_POOL_MIN_WINDOW
-from . import cpu_conv, cpu_gemm, cpu_rules, cpu_winograd, gpu_conv, gpu_rules, gpu_winograd
+from . import (
+    conv_transpose,
+    cpu_conv,
+    cpu_gemm,
+    cpu_rules,
+    cpu_winograd,
+    gpu_conv,
+    gpu_rules,
+    gpu_winograd,
+)
 from .analysis import OpInfo, analyze, matmul_dims
 from .blocking import Blocking
 from .rebuild import Unsupported, inline_epilogue, rebuild
@@ -75,6 +84,18 @@ def cpu_direct(func, info, _target, t, name) -> Scheduled:
         func, info, t, cpu_conv.direct_compute(c, t),
         lambda sch: cpu_conv.schedule_direct(sch, c, t, name),
     )
+
+
+def cpu_direct_transposed(func, info, _target, t, name) -> Scheduled:
+    c = info.conv
+
+    def schedule(sch: Schedule) -> Blocking:
+        conv_transpose.inline_prologue(sch)
+        return dataclasses.replace(cpu_conv.schedule_direct(sch, c, t, name),
+                                   op="conv2d_transpose")
+
+    compute = conv_transpose.transposed(c, info.input_dilation, cpu_conv.direct_compute(c, t))
+    return _te_kernel(func, info, t, compute, schedule)
 
 
 def cpu_gemm1x1(func, info, _target, t, name) -> Scheduled:
@@ -152,10 +173,16 @@ def _dlight(names: tuple[str, ...], algorithm: str | None = None) -> ApplyFn:
     return apply
 
 
+def _gpu_transposed(func, info, target, t, name) -> Scheduled:
+    new, blocking = gpu_conv.apply(func, info, target, t, name)
+    return new, dataclasses.replace(blocking, op="conv2d_transpose")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("cpu-conv2d-gemm-1x1", "cpu", ("conv2d",), cpu_gemm.wins, cpu_gemm1x1),
     Rule("cpu-conv2d-winograd", "cpu", ("conv2d",), cpu_winograd.wins, cpu_winograd_f23),
     Rule("cpu-conv2d-direct-nchwc", "cpu", ("conv2d",), _f32, cpu_direct),
+    Rule("cpu-conv2d-transpose", "cpu", ("conv2d_transpose",), _f32, cpu_direct_transposed),
     Rule("cpu-grouped-conv2d", "cpu", ("depthwise_conv2d", "group_conv2d"), _f32, cpu_grouped),
     Rule("cpu-pool2d", "cpu", ("pool2d",), _always, cpu_pool),
     Rule("cpu-matmul", "cpu", ("matmul",), _f32, cpu_matmul),
@@ -167,6 +194,7 @@ RULES: tuple[Rule, ...] = (
     # (benchmarks/kernels.py build --gpu-winograd); CODL_GPU_WINOGRAD=0 turns it off
     Rule("gpu-conv2d-winograd", "gpu", ("conv2d",), gpu_winograd.wins, gpu_winograd.apply),
     Rule("gpu-conv2d-tiled", "gpu", ("conv2d",), _f32, gpu_conv.apply),
+    Rule("gpu-conv2d-transpose-tiled", "gpu", ("conv2d_transpose",), _f32, _gpu_transposed),
     Rule("gpu-conv2d-implicit-gemm", "gpu", ("conv2d",), _always,
          _dlight(("matmul", "fallback"), "implicit-gemm")),
     Rule("gpu-grouped-conv2d", "gpu", ("depthwise_conv2d", "group_conv2d"), _always,

@@ -54,6 +54,7 @@ from codl_tvm.tiling import (  # noqa: F401 - re-exported: this module's API
     variant_names,
 )
 
+from . import conv_transpose
 from .analysis import Conv2DInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape
@@ -258,9 +259,15 @@ def apply(func, info, target, t: TargetInfo, rule: str):
 
 
 def scheduled(func, info, plan: Plan, threads: bool = True):
-    """``func`` rebuilt around :func:`conv_compute` and scheduled, epilogue inlined."""
-    new = rebuild(func, info.main_block, conv_compute(plan), 2)
+    """``func`` rebuilt around :func:`conv_compute` and scheduled, epilogue inlined (a
+    conv2d_transpose's dilation and flip inlined into the im2col and weight stages)."""
+    compute = conv_compute(plan)
+    if info.kind == "conv2d_transpose":
+        compute = conv_transpose.transposed(plan.c, info.input_dilation, compute)
+    new = rebuild(func, info.main_block, compute, 2)
     sch = Schedule(new)
+    if info.kind == "conv2d_transpose":
+        conv_transpose.inline_prologue(sch)
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     last = "codl_unpack" if plan.split == 1 else "codl_splitk_sum"
     epilogue = names[names.index(last) + 1 :]
