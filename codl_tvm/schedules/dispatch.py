@@ -27,7 +27,7 @@ from . import (
     gpu_rules,
     gpu_winograd,
 )
-from .analysis import OpInfo, analyze, matmul_dims
+from .analysis import REDUCE, OpInfo, analyze, matmul_dims
 from .blocking import Blocking
 from .rebuild import Unsupported, inline_epilogue, rebuild
 from .target_info import TargetInfo
@@ -140,15 +140,17 @@ def cpu_pool(func, info, _target, t, name) -> Scheduled:
 
 
 def cpu_parallel(func, info, _target, t, name) -> Scheduled:
-    """Injective blocks: outer loops fused and parallel."""
+    """Outer data-parallel loops of every block fused and parallel (injective blocks: all but
+    the innermost; reductions: the spatial loops before the reduction loops)."""
     sch = Schedule(func)
     tasks = 1
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         loops = sch.get_loops(rv)
-        if len(loops) >= 2:
-            fused = sch.fuse(*loops[:-1])
-            sch.parallel(fused)
-            tasks = max(tasks, math.prod(int(sch.get(lp).extent) for lp in [fused]))
+        n = _spatial_prefix(sch.get(rv), len(loops))
+        if n >= 1:
+            fused = sch.fuse(*loops[:n]) if n > 1 else loops[0]
+            sch.parallel(fused)  # raises where a loop also drives a reduction
+            tasks = max(tasks, int(sch.get(fused).extent))
     out = math.prod(info.out_shape) if info.out_shape else 1
     return sch.mod["main"], Blocking(
         algorithm="parallel-loops", processor="cpu", op=info.kind, output_size=out,
@@ -156,6 +158,18 @@ def cpu_parallel(func, info, _target, t, name) -> Scheduled:
         num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
         rule=name,
     )
+
+
+def _spatial_prefix(block, n_loops: int) -> int:
+    """How many leading loops to run in parallel: a legalized block has one loop per iter
+    var, spatial ones first."""
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]
+    if REDUCE not in kinds:
+        return n_loops - 1 if n_loops >= 2 else 0
+    n = kinds.index(REDUCE)
+    if n_loops != len(kinds) or any(k != REDUCE for k in kinds[n:]):
+        return 0
+    return n
 
 
 # ---- GPU rules ------------------------------------------------------------------------
@@ -234,6 +248,10 @@ def _fallback(func, info, target, t) -> Scheduled:
                 output_size=out, block_shape={"elements": out}, basic_unit_shape={"elements": 1},
                 num_blocks=1, cores=t.cores, vector_lanes=t.lanes, rule="dlight-fallback",
             )
+    try:  # BERT's batched attention matmuls, conv3d, cropping transposed convs ...
+        return cpu_parallel(func, info, target, t, "cpu-generic-parallel")
+    except Exception:  # noqa: BLE001 - a loop nest it cannot parallelise stays serial
+        pass
     out = math.prod(info.out_shape) if info.out_shape else 1
     return func, Blocking(
         algorithm="plain", processor="cpu", op=info.kind, output_size=out,
