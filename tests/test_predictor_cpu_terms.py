@@ -118,3 +118,51 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
 @pytest.mark.parametrize(("model", "floor"), [("VGG-16", 0.38), ("POSENET", 0.50)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _cpu_acc10(*split_models(rows, [model])) >= floor
+
+
+# ---- the streaming limit is learned per target ---------------------------------------------
+def _streams(s: OpSpec, limit: int) -> bool:
+    return blocking.cpu_eltwise(s, Machine(cpu_stream_bytes=limit))[-1] > 0.0
+
+
+@pytest.mark.parametrize("limit_mb", [2, 6, 48])
+def test_the_stream_limit_is_learned_from_the_samples(rows, limit_mb) -> None:
+    """Latencies made by the model's own terms with a known limit: the fit finds a limit that
+    puts every sample in the same regime (the exact value is only pinned where samples fall
+    between two candidates)."""
+    limit = limit_mb << 20
+    elt = [dict(r) for r in rows if r["op"] == "elementwise" and r["role"] == "cpu"]
+    unit_us = [2.0, 0.3, 0.002, 0.004]  # t0, per row-wave, per byte, per streamed byte
+    truth = Machine(cpu_stream_bytes=limit)
+    for r in elt:
+        r["latency_us"] = float(np.dot(unit_us, [1.0, *blocking.cpu_eltwise(sub_spec(r), truth)]))
+    learned = make("codl").fit(elt).machine_.cpu_stream_bytes
+    subs = [sub_spec(r) for r in elt]
+    assert any(_streams(s, limit) for s in subs) and not all(_streams(s, limit) for s in subs)
+    assert [_streams(s, learned) for s in subs] == [_streams(s, limit) for s in subs]
+
+
+def test_a_fixed_stream_limit_is_kept_and_saved(rows, tmp_path) -> None:
+    from codl_tvm.predictor import load
+
+    cpu = [r for r in rows if r["role"] == "cpu" and r["op"] in ("elementwise", "pool_max")]
+    fixed = make("codl", cpu_stream_bytes=3 << 20).fit(cpu)
+    assert fixed.machine_.cpu_stream_bytes == 3 << 20
+    fixed.save(tmp_path / "p.json")
+    assert load(tmp_path / "p.json").machine_.cpu_stream_bytes == 3 << 20
+    assert make("codl", cpu_stream_bytes=0).fit(cpu).machine_.cpu_stream_bytes == 0
+
+
+def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> None:
+    import json
+
+    from codl_tvm.predictor import load
+
+    shipped = DATA_DIR / "predictor-x86-cuda.json"
+    doc = json.loads(shipped.read_text())
+    doc["model"]["machine"] = doc["model"]["machine"][:4]  # as written before the limit
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old, new = load(tmp_path / "old.json"), load(shipped)
+    assert old.machine_.cpu_stream_bytes == 0 and new.machine_.cpu_stream_bytes == L2_TOTAL
+    s = op("elementwise", 150, 150, 96, 96)  # 17 MB: streamed under both
+    assert old.kernel_us("cpu", s) == pytest.approx(new.kernel_us("cpu", s))

@@ -63,11 +63,13 @@ def _over_l1(task_bytes: int) -> bool:
 
 
 def _streamed(pass_bytes: int, m: Machine) -> float:
-    """Bytes per core of a parallel pass whose working set exceeds the L2s of the cores
-    (``cores / CPU_SMT`` of them): its passes stream from L3/DRAM at a lower rate, 0 otherwise.
-    The samples' pool and elementwise passes change regime between 12 and 24 MB (16 vCPUs)."""
-    l2_bytes = max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
-    return pass_bytes / m.cores if pass_bytes > l2_bytes else 0.0
+    """Bytes per core of a parallel pass whose working set exceeds the cores' caches: its
+    passes stream from L3/DRAM at a lower rate, 0 otherwise. The limit is
+    ``m.cpu_stream_bytes`` (learned from the samples), else the L2s of ``cores / CPU_SMT``
+    Sapphire Rapids cores: the H100 machine's pool and elementwise passes change regime
+    between 12 and 24 MB (16 vCPUs)."""
+    limit = m.cpu_stream_bytes or max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    return pass_bytes / m.cores if pass_bytes > limit else 0.0
 
 
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:

@@ -78,34 +78,78 @@ class CoDLPredictor(BasePredictor):
     ----------
     irls_iters : int
         Re-weighting rounds towards least absolute relative error (0: plain relative LS).
+    cpu_stream_bytes : int or None
+        Size of a parallel CPU pass beyond which it streams past the caches (a cache-regime
+        change of pools, elementwise ops and GEMV). None: learned from the samples, the
+        candidate of :data:`STREAM_CANDIDATES_BYTES` whose fit puts most training samples
+        within +-10%; 0: the Sapphire Rapids rule (L2 of cores / 2 physical cores).
     """
 
     kind = "codl"
     round_digits = 4
 
-    def __init__(self, irls_iters: int = IRLS_ITERS) -> None:
+    def __init__(self, irls_iters: int = IRLS_ITERS, cpu_stream_bytes: int | None = None
+                 ) -> None:
         self.irls_iters = irls_iters
+        self.cpu_stream_bytes = cpu_stream_bytes
 
     def _fit_kernels(self, rows: list[dict[str, Any]], y: np.ndarray) -> None:
-        self.machine_ = _machine(rows)
         self.family_ = {r["role"]: _family(r) for r in rows}
         groups: dict[str, list[int]] = defaultdict(list)
         subs = [sub_spec(r) for r in rows]
+        self.machine_ = _machine(rows)
         for i, (r, s) in enumerate(zip(rows, subs, strict=True)):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
+        stream = self.cpu_stream_bytes
+        if stream is None:
+            stream = self._learn_stream_bytes(groups, subs, y)
+        self.machine_ = dataclasses.replace(self.machine_, cpu_stream_bytes=int(stream))
         self.t_: dict[str, Any] = {}
         for key, idx in sorted(groups.items()):
             role, _, algo = key.split("/")[:3]
             fam = self.family_[role]
             if algo in ANALYTIC[fam]:
-                a = np.array([terms(fam, subs[i], self.machine_, algo) for i in idx])
-                self.t_[key] = _fit(a, y[idx], self.irls_iters)
+                self.t_[key] = self._fit_group(fam, algo, [subs[i] for i in idx], y[idx])
             else:
                 cols = ("block", "unit", "cores")
                 blk = [int(np.median([rows[i][c] for i in idx])) for c in cols]
                 a = np.array([recorded_terms(subs[i], *blk) for i in idx])
                 self.t_[key] = {"b": blk, "t": _fit(a, y[idx], self.irls_iters)}
         self._index()
+
+    def _fit_group(self, fam: str, algo: str, subs: list[OpSpec], y: np.ndarray) -> list[float]:
+        a = np.array([terms(fam, s, self.machine_, algo) for s in subs])
+        return _fit(a, y, self.irls_iters)
+
+    def _learn_stream_bytes(self, groups: dict[str, list[int]], subs: list[OpSpec],
+                            y: np.ndarray) -> int:
+        """The candidate limit whose fits of the CPU models that depend on it put most
+        training samples within +-10% (ties: the smaller median relative error)."""
+        def machine(limit: int) -> Machine:
+            return dataclasses.replace(self.machine_, cpu_stream_bytes=limit)
+
+        lo, hi = machine(STREAM_CANDIDATES_BYTES[0]), machine(STREAM_CANDIDATES_BYTES[-1])
+        cases = []  # (family, algorithm, sub-ops, latencies) of the groups the limit changes
+        for key, idx in groups.items():
+            role, _, algo = key.split("/")[:3]
+            fam = self.family_[role]
+            group = [subs[i] for i in idx]
+            if fam == "cpu" and algo in ANALYTIC[fam] and any(
+                    terms(fam, s, lo, algo) != terms(fam, s, hi, algo) for s in group):
+                cases.append((fam, algo, group, y[idx]))
+        if not cases:
+            return 0
+
+        def score(limit: int) -> tuple[int, float]:
+            m = machine(limit)
+            errs = []
+            for fam, algo, group, yy in cases:
+                a = np.array([terms(fam, s, m, algo) for s in group])
+                errs.append(np.abs(a @ np.array(_fit(a, yy, self.irls_iters)) / yy - 1.0))
+            err = np.concatenate(errs)
+            return int((err <= 0.10).sum()), -float(np.median(err))
+
+        return max(STREAM_CANDIDATES_BYTES, key=score)
 
     def in_model(self, footprint_bytes: int) -> CoDLPredictor:
         """This predictor for the ops of a model that touches ``footprint_bytes`` (weights and
@@ -184,18 +228,23 @@ class CoDLPredictor(BasePredictor):
     def _model_json(self) -> dict[str, Any]:
         m = self.machine_
         return {
-            "machine": [m.cores, m.lanes, m.sms, m.l2_bytes],
+            "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
             "family": self.family_,
             "t": self.t_,
         }
 
     def _load_model(self, doc: dict[str, Any]) -> None:
-        cores, lanes, sms, l2 = doc["machine"]
-        self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2))
+        cores, lanes, sms, l2, *stream = doc["machine"]  # files before 0.1: no stream limit
+        self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2),
+                                cpu_stream_bytes=int(stream[0]) if stream else 0)
         self.family_ = doc["family"]
         self.t_ = {_current_key(k, v, self.family_): v for k, v in doc["t"].items()}
         self._index()
 
+
+# candidate limits of a streamed CPU pass: 256 KB (one small L2) to 256 MB (beyond any L3)
+STREAM_CANDIDATES_BYTES = tuple(int(mb * (1 << 20)) for mb in (
+    0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256))
 
 # the kernel each (family, kind) ran before algorithms were part of the model keys
 _OLD_ALGORITHM = {

@@ -27,6 +27,9 @@ class Machine:
     sms: int = 132
     l2_bytes: int = 50 << 20
     max_threads: int = 1024  # GPU threads per block (cuda); not stored in predictor files
+    # bytes of a parallel CPU pass beyond which it streams past the cores' caches; 0: the
+    # Sapphire Rapids rule of blocking._streamed (the codl predictor learns it per target)
+    cpu_stream_bytes: int = 0
 
     @property
     def vector_regs(self) -> int:  # AVX-512 / NEON: 32; AVX2/SSE: 16 (target_info.py)
