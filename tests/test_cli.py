@@ -248,3 +248,18 @@ def test_plan_and_bench(work, tmp_path):
     codl_tvm.Plan.load(plan).validate(codl_tvm.load_model(work["model"]))
     user_error(gone, "gone.onnx")
     assert "bench" in commands()
+
+
+def test_predictor_module_reports_a_broken_predictor_in_one_line(tmp_path, capsys):
+    """`python -m codl_tvm.predictor report` (PREDICTOR.md's commands) on a malformed file:
+    one error line naming the file and exit 1, as `codl-tvm report` does."""
+    from codl_tvm.predictor import DATA_DIR
+    from codl_tvm.predictor.cli import main
+
+    doc = json.loads((DATA_DIR / "predictor-x86-cuda.json").read_text())
+    doc["model"]["machine"][-1] = "lots"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["report", str(bad), str(DATA_DIR / "samples-x86-cuda-h100.csv")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.json" in err[0] and "malformed codl predictor" in err[0]

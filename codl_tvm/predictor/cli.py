@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,4 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     add_train_arguments(sub.add_parser("train", help="fit a predictor on samples"))
     add_report_arguments(sub.add_parser("report", help="accuracy of a predictor on samples"))
     args = parser.parse_args(argv)
-    return run_train(args) if args.cmd == "train" else run_report(args)
+    try:
+        return run_train(args) if args.cmd == "train" else run_report(args)
+    except (OSError, ValueError) as err:  # a bad samples/predictor file: one line, as codl-tvm
+        print(f"{parser.prog} {args.cmd}: error: {err}", file=sys.stderr)
+        return 1
