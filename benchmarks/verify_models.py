@@ -78,24 +78,14 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
-def _warm(paths: list[Path], jobs: int) -> None:
-    """nvcc every artifact's kernels in ``jobs`` processes first (the bench bundle's loader)."""
-    import subprocess
-
-    chunks = [paths[i::jobs] for i in range(jobs) if paths[i::jobs]]
-    procs = [subprocess.Popen([sys.executable, "-m", "codl_tvm.planner.bundle", "--warm",
-                               *map(str, c)]) for c in chunks]
-    if any(p.wait() for p in procs):
-        raise RuntimeError("loading an artifact failed (see the messages above)")
-
-
 def run(folder: Path, output: Path, jobs: int) -> int:
     from codl_tvm import runtime
+    from codl_tvm.planner.bundle import warm_artifacts
 
     os.environ.setdefault("CODL_CUDA_CACHE", "/tmp/codl-nvcc-cache")
     index = json.loads((folder / "index.json").read_text())
     if jobs > 1:
-        _warm([folder / e["model"] / e["plan"] for e in index], jobs)
+        warm_artifacts([folder / e["model"] / e["plan"] for e in index], jobs)
     rows, unsplit = [], {}
     for entry in index:
         model, plan = entry["model"], entry["plan"]

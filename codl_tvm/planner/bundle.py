@@ -133,10 +133,14 @@ def _write_json(path: Path, doc: Any) -> None:
 
 
 def _warm(root: Path, index: dict[str, Any], jobs: int) -> None:
+    warm_artifacts([root / m / n for m, e in index.items() for n, p in e["plans"].items()
+                    if "same_as" not in p], jobs)
+
+
+def warm_artifacts(artifacts: list[Path], jobs: int) -> None:
     """Load every artifact once in ``jobs`` processes, so nvcc's results are on disk (CUDA
     keeps kernels as source in exported libraries) before the timing process loads them."""
-    paths = [str(root / m / n) for m, e in index.items() for n, p in e["plans"].items()
-             if "same_as" not in p]
+    paths = [str(a) for a in artifacts]
     chunks = [paths[i::jobs] for i in range(jobs) if paths[i::jobs]]
     procs = [subprocess.Popen([sys.executable, "-m", "codl_tvm.planner.bundle", "--warm", *c])
              for c in chunks]
