@@ -106,7 +106,7 @@ def schedule_direct(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> B
     sch.vectorize(wb_loops[-1])
     _parallel_spatial(sch, "codl_pad", t)
     _parallel_spatial(sch, "codl_wpack", t)
-    _parallel_spatial(sch, "codl_unpack", t)
+    unpack_by_block(sch, "codl_unpack", ocb)
     tasks = math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
     return Blocking(
         algorithm="direct-nchwc", processor="cpu", op="conv2d",
@@ -115,6 +115,20 @@ def schedule_direct(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> B
         num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
         rule=rule,
     )
+
+
+def unpack_by_block(sch: Schedule, name: str, ocb: int) -> None:
+    """Unpack a channel-blocked result to NCHW with one (channel block, row) per task.
+
+    One task reads the packed row of its block (``ocb`` channels of each pixel, adjacent)
+    once and writes it to ``ocb`` output rows. Channel-outer order (the plain loop nest)
+    re-reads the whole packed plane for every channel, ``ocb`` times the traffic once a
+    plane outgrows the L2: YOLO-V2's 416x416 3->32 conv ran 2.5-3x slower on the dev CPU.
+    """
+    n, f, y, x = sch.get_loops(sch.get_sblock(name))
+    fo, fi = sch.split(f, [None, ocb])
+    sch.reorder(n, fo, y, fi, x)
+    sch.parallel(sch.fuse(n, fo, y))
 
 
 def _parallel_spatial(sch: Schedule, name: str, t: TargetInfo) -> None:

@@ -28,7 +28,7 @@ from codl_tvm.tiling import M_TILE, R_TILE  # noqa: F401 - the tile rules live t
 
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
-from .cpu_conv import out_shape, padded_input
+from .cpu_conv import out_shape, padded_input, unpack_by_block
 from .target_info import TargetInfo
 
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -175,7 +175,7 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
     _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)
     _outer_parallel(sch, "codl_pad")
-    _outer_parallel(sch, "codl_unpack")
+    unpack_by_block(sch, "codl_unpack", ocb)
     tasks = tiling.winograd_tasks(c, t)
     return Blocking(
         algorithm="winograd-2x2-3x3", processor="cpu", op="conv2d",
