@@ -173,6 +173,25 @@ class Tile:
         return self.ty * self.tx
 
 
+SMEM_BANKS = 32  # 4-byte shared-memory banks (CUDA since sm_50; Adreno/Mali local memory alike)
+
+
+def wt_row_pad(t: Tile) -> int:
+    """Row stride of the shared ``[bk][bm]`` weight tile, mod :data:`SMEM_BANKS`.
+
+    Its warp stores go down a column (lanes along K, for coalesced OIHW reads): unpadded rows
+    put a whole column in one bank (16-way conflicts for bk 16). The pad is ``tm``, not 1, so
+    every row stays aligned for the ``tm``-float vector reads of the register tile (an
+    unaligned 8-float read made TVM's CUDA codegen emit a ``make_ulonglong4`` of 8 floats,
+    which nvcc rejects)."""
+    return t.tm
+
+
+def wt_row_stride(t: Tile) -> int:
+    """Floats between two rows of the shared weight tile (TVM's ``storage_align`` rule)."""
+    return t.bm + (SMEM_BANKS + wt_row_pad(t) - t.bm % SMEM_BANKS) % SMEM_BANKS
+
+
 class TiledGemm:
     """Tile counts of an ``m x n`` GEMM cut by ``tile`` (mixed into the GPU kernels' plans)."""
 

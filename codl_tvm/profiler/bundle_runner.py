@@ -79,7 +79,9 @@ def setup_cuda(arch: str) -> None:
             src, out = Path(tmp, "k.cu"), Path(tmp, "k.fatbin")
             src.write_text(code)
             cmd = ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", str(out), str(src)]
-            subprocess.run(cmd, check=True, capture_output=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:  # as codl_tvm.runtime: nvcc's own words, not a bare rc
+                raise RuntimeError(f"nvcc failed on a TVM kernel: {proc.stderr.strip()[-2000:]}")
             data = out.read_bytes()
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ from codl_tvm.tiling import (  # noqa: F401 - re-exported: this module's API
     MIN_K_PER_SPLIT,
     MIN_WAVES,
     NARROW_OC,
+    SMEM_BANKS,
     SMS,
     SUM_THREADS,
     THIN_OC,
@@ -52,6 +53,7 @@ from codl_tvm.tiling import (  # noqa: F401 - re-exported: this module's API
     current_variant,
     use_variant,
     variant_names,
+    wt_row_pad,
 )
 
 from . import conv_transpose
@@ -204,7 +206,11 @@ def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True,
         stage = sch.get_sblock(name)
         sch.set_scope(stage, 0, "shared")
         sch.compute_at(stage, ko)
-        _cooperative(sch, name, tile, threads, k_inner=weights_along_k and name == "codl_wt")
+        k_inner = weights_along_k and name == "codl_wt"
+        _cooperative(sch, name, tile, threads, k_inner=k_inner)
+        if k_inner:
+            # lanes store down a [bk][bm] column: pad the rows so they land in other banks
+            sch.storage_align(stage, 0, axis=0, factor=SMEM_BANKS, offset=wt_row_pad(tile))
     for index in (0, 1):
         reg = sch.cache_read(conv, index, "local")
         sch.compute_at(reg, ki)
