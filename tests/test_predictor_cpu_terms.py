@@ -5,11 +5,14 @@
 - a *streamed* pass (pool, elementwise, GEMV weight) once its working set exceeds the L2s of
   the cores, priced per byte per core, 0 below;
 - weight loads from L2 when a task's weight panel spills L1 (direct NCHWc, Winograd);
-- a fixed cost per task wave (pool rows, GEMM tasks).
+- a fixed cost per task wave (pool rows, GEMM tasks);
+- the pool's row loop as LLVM vectorizes it (short rows and remainders scalar), the
+  depthwise kernel's stride-2 window steps (gathered input vectors) apart from stride 1.
 
 The accuracy checks train on the shipped H100 samples and score against ``latency_us``; the
-floors are a few points under what these terms reach (split 46%, POSENET 54%) and above what
-the terms before them reached (39.6%, 34.2%), so losing a term fails them.
+floors are a few points under what these terms reach (session 5, CPU rows re-measured in 5
+rounds: split 60%, YOLO-V2 41%, VGG-16 58%, POSENET 49%) and above what the terms before the
+pool/depthwise ones reached on the same rows (54%, 33%, 46%, 41%), so losing a term fails them.
 """
 
 from __future__ import annotations
@@ -58,6 +61,26 @@ def test_eltwise_and_gemv_regimes_switch_at_the_same_size() -> None:
     assert blocking.cpu_eltwise(above, M)[-1] > 0.0
     assert blocking.cpu_dense(op("dense", 1, 1, 4096, 1000), M)[-1] == 0.0  # 16 MB weight
     assert blocking.cpu_dense(op("dense", 1, 1, 25088, 4096), M)[-1] > 0.0  # 411 MB weight
+
+
+@pytest.mark.parametrize(("ow", "vector", "scalar"), [(13, 0, 13), (15, 0, 15), (16, 2, 0),
+                                                      (438, 54, 6)])
+def test_pool_rows_vectorize_as_llvm_does(ow: int, vector: int, scalar: int) -> None:
+    """LLVM leaves a row loop of fewer than 16 iterations scalar (the 15x15 avg pools: 5x
+    slower per output than wide rows) and runs the rest in 8-float vectors plus a scalar
+    remainder (the compiled Sapphire Rapids kernels)."""
+    s = op("pool_max", 2 * ow + 1, 2 * ow + 1, 64, 64, k=3, s=2)
+    assert s.out_w == ow
+    waves = math.ceil(s.OC * s.out_h / M.cores)
+    terms = blocking.cpu_pool(s, M)
+    assert terms[:2] == [waves * vector * 9, waves * scalar * 9]
+
+
+def test_depthwise_stride_two_steps_have_their_own_unit() -> None:
+    one, two = (blocking.cpu_depthwise(op("depthwise", 32, 32, 64, 64, k=3, s=st), M)
+                for st in (1, 2))  # fmt: skip
+    assert one[0] > 0 and one[1] == 0
+    assert two[0] == 0 and two[1] > 0
 
 
 @pytest.mark.parametrize(
@@ -112,10 +135,11 @@ def _cpu_acc10(train: list[dict], test: list[dict]) -> float:
 
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
-    assert _cpu_acc10(*split_rows(rows, 0.3, 0)) >= 0.44
+    assert _cpu_acc10(*split_rows(rows, 0.3, 0)) >= 0.57
 
 
-@pytest.mark.parametrize(("model", "floor"), [("VGG-16", 0.38), ("POSENET", 0.50)])
+@pytest.mark.parametrize(("model", "floor"),
+                         [("YOLO-V2", 0.37), ("VGG-16", 0.52), ("POSENET", 0.45)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _cpu_acc10(*split_models(rows, [model])) >= floor
 
@@ -163,6 +187,7 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
     doc["model"]["machine"] = doc["model"]["machine"][:4]  # as written before the limit
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old, new = load(tmp_path / "old.json"), load(shipped)
-    assert old.machine_.cpu_stream_bytes == 0 and new.machine_.cpu_stream_bytes == L2_TOTAL
+    assert old.machine_.cpu_stream_bytes == 0  # the rule: L2s of 8 cores, 16 MB
+    assert new.machine_.cpu_stream_bytes <= L2_TOTAL  # learned from the samples: 12 MB
     s = op("elementwise", 150, 150, 96, 96)  # 17 MB: streamed under both
     assert old.kernel_us("cpu", s) == pytest.approx(new.kernel_us("cpu", s))

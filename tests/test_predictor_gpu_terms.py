@@ -1,11 +1,16 @@
-"""GPU conv blocking terms: occupancy from the tile and Machine, ragged-tile and K-step terms."""
+"""GPU conv blocking terms: occupancy from the tile and Machine, ragged-tile and K-step terms,
+shared-memory bank conflicts, serialised im2col loads."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import pytest
 
 from codl_tvm import tiling
 from codl_tvm.predictor.blocking import gpu_tiled, gpu_winograd, resident_blocks
+from codl_tvm.predictor.gpu_terms import gpu_elementwise, smem_store_wavefronts
 from codl_tvm.predictor.mirror import Machine, gpu_plan
 from codl_tvm.predictor.opspec import OpSpec
 
@@ -45,3 +50,52 @@ def test_winograd_k_step_terms_scale_with_ic_and_waves():
     assert gpu_winograd(conv(64, 64, 256, 256, 3), H100)[-1] == 0  # 1024 tiles: whole
     fewer_sms = gpu_winograd(conv(26, 26, 256, 512, 3), replace(H100, sms=4))
     assert fewer_sms[-2] > base[-2]  # more waves of resident blocks on a smaller GPU
+
+
+def _wavefronts(rows: int, cols: int, stride: int, k_inner: bool) -> int:
+    """Brute force: shared-memory wavefronts of storing a [rows][cols] tile, 32 lanes a store,
+    lanes along rows (``k_inner``) or along columns."""
+    total = 0
+    for first in range(0, rows * cols, 32):
+        banks: dict[int, set[int]] = {}
+        for i in range(first, min(first + 32, rows * cols)):
+            k, c = (i % rows, i // rows) if k_inner else divmod(i, cols)
+            banks.setdefault((k * stride + c) % 32, set()).add(k * stride + c)
+        total += max(map(len, banks.values()))
+    return total
+
+
+@pytest.mark.parametrize("tile", [tiling.BIG, tiling.MID, tiling.TINY_N, tiling.NARROW_OC])
+def test_padded_weight_rows_leave_at_most_two_way_conflicts(tile):
+    """Unpadded [bk][bm] weight rows put a warp's K-column in one bank (bk-way conflicts:
+    the 64x32 / 64x64 tiles' K steps cost 1.5x / 2.2x a 32x128 step on the H100). Rows
+    padded to ``bm + tm`` floats: at most 2-way, and the term counts exactly that."""
+    stride = tiling.wt_row_stride(tile)
+    assert stride % tiling.SMEM_BANKS == tile.tm and stride % tile.tm == 0  # aligned reads
+    stores = tile.bk * tile.bm // 32
+    assert _wavefronts(tile.bk, tile.bm, tile.bm, True) == stores * tile.bk  # unpadded
+    padded = _wavefronts(tile.bk, tile.bm, stride, True)
+    assert padded <= 2 * stores
+    im2col = _wavefronts(tile.bk, tile.bn, tile.bn, False)
+    assert im2col == tile.bk * tile.bn // 32  # lanes along pixels: conflict-free
+    assert smem_store_wavefronts(tile) == padded + im2col
+
+
+@pytest.mark.parametrize(("k", "serial"), [(1, False), (2, False), (3, True), (4, False),
+                                           (5, True), (7, True)])
+def test_im2col_loads_serialise_for_windows_not_a_power_of_two(k, serial):
+    """nvcc keeps the bounds test of a div/mod by KH*KW or KW (not a power of two) as a branch
+    per im2col load, and waits for each load in turn (SASS of the H100 kernels)."""
+    term = gpu_tiled(conv(28, 28, 64, 64, k), H100)[-2]
+    assert (term > 0) == serial
+
+
+def test_elementwise_bytes_count_only_beyond_half_the_l2():
+    """The H100's elementwise kernel runs at DRAM speed once input + output pass half its L2
+    (two partitions); below that only the waves of resident threads count."""
+    small, big = (OpSpec("elementwise", h, h, 64, 64, 1, 1, 1, 1, (0, 0, 0, 0), 1, 1)
+                  for h in (64, 512))  # 2 MB and 128 MB moved  # fmt: skip
+    waves, moved = gpu_elementwise(small, H100)
+    assert waves == 1 and moved == 0
+    waves, moved = gpu_elementwise(big, H100)
+    assert waves == math.ceil(512 * 512 * 64 / (2048 * H100.sms)) and moved == 2 * 512**2 * 64 * 4

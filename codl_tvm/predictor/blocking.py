@@ -10,7 +10,8 @@ has no PrimFunc) and return the *terms* whose learned coefficients are the basic
 Every term is "waves of tasks x work per task" or a parallel memory pass, so the model stays
 linear in the unit times and the staircases (waves, register tiles, padded tiles) are exact.
 Which kernel runs (and its block counts) comes from :mod:`codl_tvm.predictor.mirror`, the
-mirror of the dispatch table; the terms are per algorithm (:data:`TERMS`). Mirrors:
+mirror of the dispatch table; the terms are per algorithm (:data:`TERMS`), the CPU ones here,
+the GPU ones in :mod:`codl_tvm.predictor.gpu_terms`. Mirrors:
 ``schedules/cpu_gemm.py`` (1x1 GEMM: ``mr`` channels x ``nv`` pixel vectors per register tile,
 (pixel tile, OC block) tasks, input/weight packing per call), ``schedules/cpu_winograd.py``
 (F(2x2,3x3): 16 batched GEMMs of ``pt`` tiles x ``ocb`` channels, input/weight/output
@@ -30,17 +31,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codl_tvm import tiling
-from codl_tvm.predictor.mirror import (
-    GEMV_K_THREADS,
-    GPU_GEMV,
-    GPU_WINOGRAD,
-    Machine,
-    conv_shape,
-    gemv_columns,
-    gpu_plan,
-    gpu_variant,
-    kernel,
+from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this module's API
+    gpu_dense,
+    gpu_elementwise,
+    gpu_gemm,
+    gpu_gemv,
+    gpu_pool,
+    gpu_thread,
+    gpu_tiled,
+    gpu_winograd,
+    resident_blocks,
 )
+from codl_tvm.predictor.mirror import GPU_GEMV, GPU_WINOGRAD, Machine, conv_shape, kernel
 from codl_tvm.predictor.opspec import OpSpec
 
 __all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "terms"]
@@ -139,26 +141,43 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
 
 
 def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
-    """depthwise-direct: one task per (channel, row), output columns in SIMD lanes."""
+    """depthwise-direct: one task per (channel, row), output columns in SIMD lanes. A
+    stride-2 input vector is gathered from ``lanes`` scalar loads and inserts (the compiled
+    kernel's assembly: ~30 instructions for 2), so strided window steps have their own unit
+    time; a fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
     vx = _cdiv(s.out_w, m.lanes)
     waves = _cdiv(s.OC * s.out_h, m.cores)
     hp, wp = _padded_in(s, vx * m.lanes)
+    strided = s.SW > 1
     return [
-        waves * vx * s.reduction,
+        waves * vx * s.reduction * (not strided),
+        waves * vx * s.reduction * strided,
         waves * vx,
         s.IC * hp * wp / m.cores,
         s.out_elems / m.cores,
+        waves,
     ]
 
 
+# LLVM's loop vectorizer on the pool's row loop: a loop with a known trip count below 16 stays
+# scalar; otherwise vectors of at most 8 floats (x86 with AVX-512 prefers 256-bit vectors),
+# the last ``ow % width`` outputs scalar (the assembly of the Sapphire Rapids kernels)
+LLVM_MIN_TRIP = 16
+LLVM_MAX_VF = 8
+
+
 def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
-    """pool: one task per (channel, row), scalar window loop per output; a fixed cost per
-    row task (many channels of short rows: 15x15x3537 avg pools ~5x slower per output);
-    input + output streamed beyond the L2s."""
+    """pool: one task per (channel, row), the window unrolled inside the row loop, which LLVM
+    vectorizes (short rows and remainders scalar: 15x15x3537 avg pools ~5x slower per
+    output); a fixed cost per row task; input + output streamed beyond the L2s."""
     waves = _cdiv(s.OC * s.out_h, m.cores)
+    ow, red = s.out_w, s.reduction
+    vf = min(m.lanes, LLVM_MAX_VF)
+    vec = 0 if ow < LLVM_MIN_TRIP else ow // vf
     return [
-        waves * s.out_w * s.reduction,  # window elements on the critical core
-        waves * s.out_w,  # outputs (and the avg pool's divide) on the critical core
+        waves * vec * red,  # vector window steps on the critical core
+        waves * (ow - vec * vf) * red,  # scalar window steps (short rows, remainders)
+        waves * ow,  # outputs (and the avg pool's divide) on the critical core
         waves,  # per row task
         _streamed((s.IC * s.H * s.W + s.out_elems) * 4, m),
     ]
@@ -187,112 +206,6 @@ def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
     return [waves * s.out_w, waves, _streamed(2 * s.out_elems * 4, m)]
 
 
-def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
-    """DLight Matmul as implicit GEMM: 64 OC x 32 pixels per block, K loop per block."""
-    blocks = _cdiv(s.OC, 64) * _cdiv(s.out_h * s.out_w, 32)
-    k = _cdiv(s.reduction, 16) * 16
-    return [_cdiv(blocks, m.sms) * k, blocks * k, blocks]
-
-
-# Occupancy: blocks resident on one SM at once, from the tile's threads and an estimate of
-# its registers. Machine fields ``sm_threads`` / ``sm_registers`` where the Machine has them;
-# otherwise two blocks of the largest size (CUDA sm_80/sm_90: 2048 threads) and the 64 K
-# 32-bit registers every CUDA SM since sm_50 has.
-REGS_OVERHEAD = 24  # addresses, loop counters, predicates of a thread besides its tiles
-
-
-def resident_blocks(t: tiling.Tile, m: Machine) -> int:
-    """Thread blocks of tile ``t`` an SM runs at once (thread and register limits)."""
-    sm_threads = getattr(m, "sm_threads", 2 * m.max_threads)
-    sm_regs = getattr(m, "sm_registers", 1 << 16)
-    regs = t.tm * t.tn + t.tm + t.tn + REGS_OVERHEAD  # accumulators + operand registers
-    return max(1, min(sm_threads // t.threads, sm_regs // (t.threads * regs)))
-
-
-def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
-    """gpu-conv-tiled(-split-k): waves of (bm x bn x split) blocks x per-thread FMAs of one
-    K partition, the shared-memory staging of every block, split-K's sum pass, and the K
-    steps of a ragged pixel tile (its bounds-checked im2col loads: ~2x slower steps)."""
-    variant = gpu_variant()
-    row, split, k_split = gpu_plan(s, m, tiling.DEFAULT_VARIANT if variant == tiling.DECLINE
-                                   else variant)  # fmt: skip
-    t = row.tile
-    pixels = s.out_h * s.out_w
-    blocks = _cdiv(s.OC, t.bm) * _cdiv(pixels, t.bn) * split
-    ragged = pixels % t.bn != 0
-    return [
-        _cdiv(blocks, m.sms) * t.tm * t.tn * k_split,  # FMAs of a thread, critical SM
-        blocks * (t.bm + t.bn) * k_split,  # global -> shared staging, all blocks
-        float(s.OC * pixels * split) if split > 1 else 0.0,  # sum pass reads
-        float(split > 1),  # second launch
-        # K steps of the critical SM's resident blocks when the pixel tile is ragged
-        _cdiv(blocks, m.sms * resident_blocks(t, m)) * (k_split // t.bk) * ragged,
-    ]
-
-
-def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
-    """gpu-winograd-2x2-3x3: waves of the 16 batched GEMMs' (bm x bn) blocks x per-thread FMAs
-    over the padded IC, their shared-memory staging, the input / weight / output transforms
-    as memory passes, and the latency of the K steps (waves of *resident* blocks x K steps),
-    twice over for a ragged tile column (bounds-checked loads). Its 4 launches are a
-    constant: t0 holds them."""
-    # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
-    # differently than now (the predicate is the mirror's business, not the terms')
-    row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
-    t = row.tile
-    tiles = th * tw
-    blocks = 16 * _cdiv(s.OC, t.bm) * _cdiv(tiles, t.bn)
-    kp = _cdiv(s.IC, t.bk) * t.bk
-    steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
-    return [
-        _cdiv(blocks, m.sms) * t.tm * t.tn * kp,  # FMAs of a thread, critical SM
-        blocks * (t.bm + t.bn) * kp,  # global -> shared staging, all blocks
-        s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
-        16 * s.IC * s.OC + s.IC * s.OC * 9,  # weight transform (every call): read g, write U
-        16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
-        steps,  # K-step latency, critical SM
-        steps * (tiles % t.bn != 0),  # ragged tile column
-    ]
-
-
-def gpu_thread(s: OpSpec, m: Machine) -> list[float]:
-    """DLight Fallback: one output per thread, the window/reduction loop inside."""
-    waves = _cdiv(s.out_elems, 1024 * m.sms)
-    return [waves * s.reduction, s.out_elems * s.reduction, s.IC * s.H * s.W]
-
-
-def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
-    """DLight Fallback of a GEMV: one output column per thread, a serial, memory-latency-bound
-    loop over IC. Measured on H100: a step is ~3x slower with a ragged last block (bounds
-    check) and ~2x slower again once the weight no longer stays in L2 between calls."""
-    steps = _cdiv(s.OC, 1024 * m.sms) * s.IC
-    ragged = s.OC % 1024 != 0
-    in_l2 = s.IC * s.OC * 4 <= m.l2_bytes
-    return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
-
-
-MAX_RESIDENT_BLOCKS = 32  # CUDA's limit of resident blocks per SM (sm_50 to sm_90)
-SECTOR_BYTES = 32  # the unit of a GPU global-memory load
-
-
-def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
-    """DLight Reduction of a batch-1 dense ``x[1, K] @ W[K, N]``: blocks of ``tx`` output
-    columns x 16 threads splitting K, each thread a serial loop of K/16 steps, then a
-    cross-thread sum. Terms: the loop steps of the critical SM's resident blocks; the weight
-    bytes the loads fetch (a row of ``tx`` columns still costs whole 32-byte sectors: a prime
-    N gets ``tx = 1`` and 8x the traffic), from L2 or from memory; the steps again once the
-    weight is beyond the L2 (each step then waits on memory); and the blocks' reductions. The
-    L2 regime switches at half the L2: the H100's is two partitions, and the samples turn at
-    20-40 MB of weights."""
-    tx = gemv_columns(s.OC)
-    blocks = s.OC // tx
-    resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
-    steps = _cdiv(blocks, m.sms * resident) * _cdiv(s.IC, GEMV_K_THREADS)
-    fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
-    beyond = s.IC * s.OC * 4 > m.l2_bytes // 2
-    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, blocks]
-
-
 # (processor family, model algorithm) -> terms; the fixed launch cost t0 is added by the model
 TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("cpu", "gemm-1x1"): cpu_gemm,
@@ -308,8 +221,8 @@ TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("gpu", "implicit-gemm"): gpu_gemm,
     ("gpu", GPU_WINOGRAD): gpu_winograd,
     ("gpu", "depthwise-direct"): gpu_thread,
-    ("gpu", "pool"): gpu_thread,
-    ("gpu", "elementwise"): gpu_thread,
+    ("gpu", "pool"): gpu_pool,
+    ("gpu", "elementwise"): gpu_elementwise,
     ("gpu", "dlight-fallback"): gpu_dense,  # samples taken before the GEMV rule (session 2)
     ("gpu", GPU_GEMV): gpu_gemv,
 }

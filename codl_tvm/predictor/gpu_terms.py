@@ -1,0 +1,199 @@
+"""Analytic blocking terms of the codl-tvm GPU kernels (CoDL Eq. 3; see ``blocking.py``).
+
+Every term counts the work of the critical SM (waves of blocks over ``m.sms`` SMs, or of the
+blocks resident at once) or a memory pass, so the time stays linear in the learned unit times.
+Mirrors ``schedules/gpu_conv.py`` (tiled implicit GEMM, split-K), ``schedules/gpu_winograd.py``
+and ``schedules/gpu_rules.py`` (DLight Fallback / Matmul / Reduction).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from codl_tvm import tiling
+from codl_tvm.predictor.mirror import (
+    GEMV_K_THREADS,
+    Machine,
+    conv_shape,
+    gemv_columns,
+    gpu_plan,
+    gpu_variant,
+)
+from codl_tvm.predictor.opspec import OpSpec
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Matmul as implicit GEMM: 64 OC x 32 pixels per block, K loop per block."""
+    blocks = _cdiv(s.OC, 64) * _cdiv(s.out_h * s.out_w, 32)
+    k = _cdiv(s.reduction, 16) * 16
+    return [_cdiv(blocks, m.sms) * k, blocks * k, blocks]
+
+
+# Occupancy: blocks resident on one SM at once, from the tile's threads and an estimate of
+# its registers. Machine fields ``sm_threads`` / ``sm_registers`` where the Machine has them;
+# otherwise two blocks of the largest size (CUDA sm_80/sm_90: 2048 threads) and the 64 K
+# 32-bit registers every CUDA SM since sm_50 has.
+REGS_OVERHEAD = 24  # addresses, loop counters, predicates of a thread besides its tiles
+
+
+def resident_blocks(t: tiling.Tile, m: Machine) -> int:
+    """Thread blocks of tile ``t`` an SM runs at once (thread and register limits)."""
+    sm_threads = getattr(m, "sm_threads", 2 * m.max_threads)
+    sm_regs = getattr(m, "sm_registers", 1 << 16)
+    regs = t.tm * t.tn + t.tm + t.tn + REGS_OVERHEAD  # accumulators + operand registers
+    return max(1, min(sm_threads // t.threads, sm_regs // (t.threads * regs)))
+
+
+SMSPS = 4  # warp schedulers (sub-partitions) per SM, sm_70 to sm_90
+
+
+@cache
+def smem_store_wavefronts(t: tiling.Tile) -> int:
+    """Shared-memory store wavefronts of one block's K step (``gpu_conv._cooperative``).
+
+    The weight tile ``[bk][bm]`` is stored with lanes consecutive along K (coalesced OIHW
+    reads), rows ``tiling.wt_row_stride`` apart; the im2col tile ``[bk][bn]`` with lanes along
+    pixels. A warp store costs the most distinct addresses any one bank gets (unpadded
+    weight rows: 16-way conflicts for bk 16, which made the 64x32 and 64x64 tiles' K steps
+    1.5x and 2.2x a 32x128 step on the H100)."""
+    total = 0
+    stores = ((t.bk, t.bm, tiling.wt_row_stride(t), True), (t.bk, t.bn, t.bn, False))
+    for rows, cols, stride, k_inner in stores:
+        for first in range(0, rows * cols, 32):  # every warp store of the block
+            banks: dict[int, set[int]] = {}
+            for fused in range(first, min(first + 32, rows * cols)):
+                k, c = (fused % rows, fused // rows) if k_inner else divmod(fused, cols)
+                addr = k * stride + c
+                banks.setdefault(addr % tiling.SMEM_BANKS, set()).add(addr)
+            total += max(len(a) for a in banks.values())
+    return total
+
+
+def _pow2(x: int) -> bool:
+    return x & (x - 1) == 0
+
+
+def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
+    """gpu-conv-tiled(-split-k), per K step of ``bk`` on the critical SM: the step's latency
+    (global loads -> shared -> barrier, no double buffering) once per wave of *resident*
+    blocks; the shared-memory stores (bank conflicts) and the FMA issue per warp scheduler of
+    all the SM's blocks in turn; for a window whose KH*KW or KW is not a power of two, the
+    im2col loads serialised (nvcc keeps their div/mod bounds test as branches: one global
+    round trip per load, SASS of the H100 kernels); a ragged pixel tile. Plus the output (or
+    split-K partial) elements written and split-K's sum pass: its reads, its launch and the
+    serial loop over the S partials of each thread."""
+    variant = gpu_variant()
+    row, split, k_split = gpu_plan(s, m, tiling.DEFAULT_VARIANT if variant == tiling.DECLINE
+                                   else variant)  # fmt: skip
+    t = row.tile
+    pixels = s.out_h * s.out_w
+    blocks = _cdiv(s.OC, t.bm) * _cdiv(pixels, t.bn) * split
+    per_sm = _cdiv(blocks, m.sms)
+    waves = _cdiv(blocks, m.sms * resident_blocks(t, m))
+    steps = k_split // t.bk
+    branchy = not (_pow2(s.KH * s.KW) and _pow2(s.KW))
+    written = s.OC * pixels if split == 1 else blocks * t.bm * t.bn
+    return [
+        waves * steps,  # K-step latency
+        per_sm * steps * smem_store_wavefronts(t),  # shared-memory stores
+        per_sm * steps * (t.threads // 32) * t.bk * t.tm * t.tn / SMSPS,  # FMA issue
+        float(written),  # outputs / partial sums written
+        float(s.OC * pixels * split) if split > 1 else 0.0,  # sum pass reads
+        float(split > 1),  # second launch
+        float(split) if split > 1 else 0.0,  # sum pass: S dependent loads per thread
+        waves * steps * (t.bk * t.bn // t.threads) * branchy,  # serialised im2col loads
+        waves * steps * (pixels % t.bn != 0),  # ragged pixel tile
+    ]
+
+
+def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
+    """gpu-winograd-2x2-3x3: waves of the 16 batched GEMMs' (bm x bn) blocks x per-thread FMAs
+    over the padded IC, their shared-memory staging, the input / weight / output transforms
+    as memory passes, and the latency of the K steps (waves of *resident* blocks x K steps),
+    twice over for a ragged tile column (bounds-checked loads). Its 4 launches are a
+    constant: t0 holds them."""
+    # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
+    # differently than now (the predicate is the mirror's business, not the terms')
+    row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
+    t = row.tile
+    tiles = th * tw
+    blocks = 16 * _cdiv(s.OC, t.bm) * _cdiv(tiles, t.bn)
+    kp = _cdiv(s.IC, t.bk) * t.bk
+    steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
+    return [
+        _cdiv(blocks, m.sms) * t.tm * t.tn * kp,  # FMAs of a thread, critical SM
+        blocks * (t.bm + t.bn) * kp,  # global -> shared staging, all blocks
+        s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
+        16 * s.IC * s.OC + s.IC * s.OC * 9,  # weight transform (every call): read g, write U
+        16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
+        steps,  # K-step latency, critical SM
+        steps * (tiles % t.bn != 0),  # ragged tile column
+    ]
+
+
+def gpu_thread(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Fallback: one output per thread, the window/reduction loop inside."""
+    waves = _cdiv(s.out_elems, 1024 * m.sms)
+    return [waves * s.reduction, s.out_elems * s.reduction, s.IC * s.H * s.W]
+
+
+RESIDENT_THREADS_PER_SM = 2048  # sm_80/sm_90: two 1024-thread Fallback blocks per SM
+
+
+def _fallback_waves(s: OpSpec, m: Machine) -> int:
+    """Waves of DLight Fallback's ``max_threads`` blocks over the SMs' resident threads."""
+    blocks = _cdiv(s.out_elems, m.max_threads)
+    return _cdiv(blocks, m.sms * max(1, RESIDENT_THREADS_PER_SM // m.max_threads))
+
+
+def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Fallback of an elementwise op: one element per thread, no loop. Waves of
+    resident threads, and the bytes read + written once the tensors no longer stay in the L2
+    between calls (switch at half the L2, as :func:`gpu_gemv`): from ~4M elements the H100
+    runs it at DRAM speed, which one slope for every size got 1.3-1.7x wrong."""
+    moved = (s.IC * s.H * s.W + s.out_elems) * 4
+    return [float(_fallback_waves(s, m)), moved * (moved > m.l2_bytes // 2)]
+
+
+def gpu_pool(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Fallback pool: one output per thread, the window unrolled (nvcc issues all its
+    loads at once: SASS of the k3s2 max pool). Waves x window, the input bytes, and the output
+    bytes (the TIR keeps the accumulator in global memory: stored, reloaded, stored)."""
+    return [float(_fallback_waves(s, m) * s.reduction), s.IC * s.H * s.W * 4.0,
+            s.out_elems * 4.0]  # fmt: skip
+
+
+def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Fallback of a GEMV: one output column per thread, a serial, memory-latency-bound
+    loop over IC. Measured on H100: a step is ~3x slower with a ragged last block (bounds
+    check) and ~2x slower again once the weight no longer stays in L2 between calls."""
+    steps = _cdiv(s.OC, 1024 * m.sms) * s.IC
+    ragged = s.OC % 1024 != 0
+    in_l2 = s.IC * s.OC * 4 <= m.l2_bytes
+    return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
+
+
+MAX_RESIDENT_BLOCKS = 32  # CUDA's limit of resident blocks per SM (sm_50 to sm_90)
+SECTOR_BYTES = 32  # the unit of a GPU global-memory load
+
+
+def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
+    """DLight Reduction of a batch-1 dense ``x[1, K] @ W[K, N]``: blocks of ``tx`` output
+    columns x 16 threads splitting K, each thread a serial loop of K/16 steps, then a
+    cross-thread sum. Terms: the loop steps of the critical SM's resident blocks; the weight
+    bytes the loads fetch (a row of ``tx`` columns still costs whole 32-byte sectors: a prime
+    N gets ``tx = 1`` and 8x the traffic), from L2 or from memory; the steps again once the
+    weight is beyond the L2 (each step then waits on memory); and the blocks' reductions. The
+    L2 regime switches at half the L2: the H100's is two partitions, and the samples turn at
+    20-40 MB of weights."""
+    tx = gemv_columns(s.OC)
+    blocks = s.OC // tx
+    resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
+    steps = _cdiv(blocks, m.sms * resident) * _cdiv(s.IC, GEMV_K_THREADS)
+    fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
+    beyond = s.IC * s.OC * 4 > m.l2_bytes // 2
+    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, blocks]
