@@ -149,6 +149,37 @@ def winograd_tasks(c: Conv, t: Simd) -> int:
     return c.n * 16 * math.ceil(c.oc / ocb) * math.ceil(th * tw / pt)
 
 
+# ---- CPU matmul / GEMV (cpu_rules.schedule_matmul) --------------------------------------
+MM_MAX_BLOCKS_PER_TASK = 16  # x 2 vectors of accumulators each: AVX-512's 32 registers
+# a weight from this size on is spread over every core: below it one task streams it faster
+# than the thread pool wakes up (H100 host: 300 KB 1.8x slower spread, 400-660 KB 0.98-1.57x)
+MM_SPREAD_BYTES = 384 << 10
+# ... on CPUs of this many cores or more: on the 2-vCPU dev VM two half-width tasks streamed a
+# 51 MB weight 2.2x slower than one; on the H100 host's 16 vCPUs spreading was 1.4x faster
+# (median over 46 GEMVs, net of the day's speed) and up to 5x (K 4096, N 500: 405 -> 79 us)
+MM_SPREAD_MIN_CORES = 4
+
+
+def matmul_vector_block(n: int, lanes: int) -> int:
+    """Output columns of one column block (two SIMD vectors where N has them)."""
+    return 2 * lanes if n >= 2 * lanes else lanes
+
+
+def matmul_blocks_per_task(blocks: int, row_tiles: int, weight_bytes: int, cores: int) -> int:
+    """Column blocks per parallel task: the largest divisor of ``blocks`` up to
+    :data:`MM_MAX_BLOCKS_PER_TASK` (the register tile), but for a weight of
+    :data:`MM_SPREAD_BYTES` or more (on :data:`MM_SPREAD_MIN_CORES` cores or more) only as large
+    as still gives every core a task. Grouping alone had left a GEMV of N <= 512 on one thread
+    and N = 4096 on 8 of 16 cores."""
+    if blocks <= 0:
+        return 1
+    sizes = [d for d in range(1, MM_MAX_BLOCKS_PER_TASK + 1) if blocks % d == 0]
+    if weight_bytes >= MM_SPREAD_BYTES and cores >= MM_SPREAD_MIN_CORES:
+        want = min(cores, blocks * row_tiles)
+        sizes = [d for d in sizes if blocks // d * row_tiles >= want] or [1]
+    return max(sizes)
+
+
 # ---- GPU tiled implicit GEMM ------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Tile:

@@ -42,7 +42,14 @@ from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this
     gpu_winograd,
     resident_blocks,
 )
-from codl_tvm.predictor.mirror import GPU_GEMV, GPU_WINOGRAD, Machine, conv_shape, kernel
+from codl_tvm.predictor.mirror import (
+    GPU_GEMV,
+    GPU_WINOGRAD,
+    Machine,
+    conv_shape,
+    gemv_blocks_per_task,
+    kernel,
+)
 from codl_tvm.predictor.opspec import OpSpec
 
 __all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "terms"]
@@ -184,10 +191,11 @@ def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
 
 
 def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
-    """gemv: 16-column-block tasks streaming the weight rows, scalar tail columns."""
-    vb = 2 * m.lanes if s.OC >= 2 * m.lanes else m.lanes
+    """gemv: tasks of up to 16 column blocks streaming the weight rows (every core a task
+    once the weight is large), scalar tail columns."""
+    vb = tiling.matmul_vector_block(s.OC, m.lanes)
     blocks = s.OC // vb
-    per_task = max(d for d in range(1, 17) if blocks % d == 0) if blocks else 1
+    per_task = gemv_blocks_per_task(s, m)
     tasks = blocks // per_task
     tail = s.OC - blocks * vb
     return [

@@ -130,10 +130,16 @@ def _cpu_pool(s: OpSpec, _m: Machine) -> Kernel | None:
 def _cpu_gemv(s: OpSpec, m: Machine) -> Kernel | None:
     if s.kind != "dense":
         return None
-    vb = 2 * m.lanes if s.OC >= 2 * m.lanes else m.lanes
+    vb = tiling.matmul_vector_block(s.OC, m.lanes)
     blocks = max(1, s.OC // vb)
-    per_task = max(d for d in range(1, 17) if blocks % d == 0)
-    return Kernel("gemv", blocks // per_task)
+    return Kernel("gemv", blocks // gemv_blocks_per_task(s, m))
+
+
+def gemv_blocks_per_task(s: OpSpec, m: Machine) -> int:
+    """``cpu_rules._blocks_per_task`` of a batch-1 dense (one row tile)."""
+    vb = tiling.matmul_vector_block(s.OC, m.lanes)
+    n_main = s.OC // vb * vb
+    return tiling.matmul_blocks_per_task(n_main // vb, 1, s.IC * n_main * 4, m.cores)
 
 
 def _cpu_eltwise(s: OpSpec, _m: Machine) -> Kernel | None:

@@ -7,6 +7,8 @@ import math
 from tvm import te, tirx
 from tvm.s_tir import Schedule
 
+from codl_tvm import tiling
+
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape, padded_input
@@ -90,7 +92,7 @@ def schedule_pool(sch: Schedule, info: OpInfo, t: TargetInfo, rule: str) -> Bloc
 def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
     """(row tile, column block, columns computed by the vector main part)."""
     mi = min(m, 4)
-    vb = t.lanes * 2 if n >= t.lanes * 2 else t.lanes
+    vb = tiling.matmul_vector_block(n, t.lanes)
     return mi, vb, n // vb * vb
 
 
@@ -121,7 +123,13 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo):
     return build
 
 
-def schedule_matmul(sch: Schedule, m: int, n: int, t: TargetInfo, rule: str) -> Blocking:
+def _blocks_per_task(m: int, k: int, n_main: int, vb: int, t: TargetInfo) -> int:
+    row_tiles = math.ceil(m / min(m, 4))
+    return tiling.matmul_blocks_per_task(n_main // vb, row_tiles, k * n_main * 4, t.cores)
+
+
+def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: str
+                    ) -> Blocking:
     mi, vb, n_main = matmul_tiles(m, n, t)
     names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "codl_mm_main" in names:
@@ -130,8 +138,7 @@ def schedule_matmul(sch: Schedule, m: int, n: int, t: TargetInfo, rule: str) -> 
         io, ii = sch.split(i, [None, mi])
         # Each task streams a contiguous chunk of up to 16 column blocks of every weight row
         # (the (K, N) weight is read row-wise, which is what bounds a GEMV).
-        blocks = n_main // vb
-        per_task = max(d for d in range(1, 17) if blocks % d == 0)
+        per_task = _blocks_per_task(m, k, n_main, vb, t)
         jo, jm, jv = sch.split(j, [None, per_task, vb])
         ju, jl = sch.split(jv, [None, t.lanes])
         sch.reorder(jo, io, r, ii, jm, ju, jl)
@@ -150,7 +157,7 @@ def schedule_matmul(sch: Schedule, m: int, n: int, t: TargetInfo, rule: str) -> 
     loops = sch.get_loops(sch.get_sblock("codl_unpack"))
     sch.parallel(loops[0])
     blocks = max(1, n_main // vb)
-    per_task = max(d for d in range(1, 17) if blocks % d == 0)
+    per_task = _blocks_per_task(m, k, n_main, vb, t)
     tasks = blocks // per_task * math.ceil(m / mi)
     return Blocking(
         algorithm="gemv" if m == 1 else "gemm", processor="cpu", op="matmul",

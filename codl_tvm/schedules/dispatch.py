@@ -129,7 +129,7 @@ def cpu_matmul(func, info, _target, t, name) -> Scheduled:
     m, k, n = dims
     return _te_kernel(
         func, info, t, cpu_rules.matmul_compute(m, k, n, t),
-        lambda sch: cpu_rules.schedule_matmul(sch, m, n, t, name),
+        lambda sch: cpu_rules.schedule_matmul(sch, m, k, n, t, name),
     )
 
 
