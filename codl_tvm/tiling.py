@@ -204,7 +204,7 @@ class Tile:
         return self.ty * self.tx
 
 
-SMEM_BANKS = 32  # 4-byte shared-memory banks (CUDA since sm_50; Adreno/Mali local memory alike)
+SMEM_BANKS = 32  # 4-byte shared-memory banks (CUDA since sm_50; other GPUs' local memory differs)
 
 
 def wt_row_pad(t: Tile) -> int:

@@ -123,9 +123,9 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo):
     return build
 
 
-def _blocks_per_task(m: int, k: int, n_main: int, vb: int, t: TargetInfo) -> int:
-    row_tiles = math.ceil(m / min(m, 4))
-    return tiling.matmul_blocks_per_task(n_main // vb, row_tiles, k * n_main * 4, t.cores)
+def _blocks_per_task(m: int, k: int, n: int, t: TargetInfo) -> int:
+    mi, vb, n_main = matmul_tiles(m, n, t)
+    return tiling.matmul_blocks_per_task(n_main // vb, math.ceil(m / mi), k * n_main * 4, t.cores)
 
 
 def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: str
@@ -138,7 +138,7 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
         io, ii = sch.split(i, [None, mi])
         # Each task streams a contiguous chunk of up to 16 column blocks of every weight row
         # (the (K, N) weight is read row-wise, which is what bounds a GEMV).
-        per_task = _blocks_per_task(m, k, n_main, vb, t)
+        per_task = _blocks_per_task(m, k, n, t)
         jo, jm, jv = sch.split(j, [None, per_task, vb])
         ju, jl = sch.split(jv, [None, t.lanes])
         sch.reorder(jo, io, r, ii, jm, ju, jl)
@@ -157,7 +157,7 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
     loops = sch.get_loops(sch.get_sblock("codl_unpack"))
     sch.parallel(loops[0])
     blocks = max(1, n_main // vb)
-    per_task = _blocks_per_task(m, k, n_main, vb, t)
+    per_task = _blocks_per_task(m, k, n, t)
     tasks = blocks // per_task * math.ceil(m / mi)
     return Blocking(
         algorithm="gemv" if m == 1 else "gemm", processor="cpu", op="matmul",
