@@ -1,0 +1,129 @@
+"""CPU tile rules: direct NCHWc, 1x1 GEMM, Winograd F(2x2, 3x3), matmul / GEMV tasks."""
+
+from __future__ import annotations
+
+import math
+
+from .common import Conv, Simd
+
+
+# ---- CPU direct NCHWc (mirror of cpu_conv.conv_tiles; a test keeps the two equal) ---------
+def direct_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(ocb, x_tile): channels per SIMD block and output columns per register tile."""
+    vecs = 2 if c.oc > t.lanes else 1
+    budget = (t.vector_regs - vecs - 2) // vecs
+    return t.lanes * vecs, max(1, min(budget, 14, c.ow))
+
+
+def direct_tasks(c: Conv, t: Simd) -> int:
+    ocb, xt = direct_tiles(c, t)
+    return math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
+
+
+# ---- CPU 1x1 GEMM ---------------------------------------------------------------------
+DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the GEMM wins
+MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
+
+
+def gemm_applies(c: Conv) -> bool:
+    """1x1, stride 1, groups 1 (dilation irrelevant)."""
+    return (c.kh, c.kw, tuple(c.stride), c.groups) == (1, 1, (1, 1), 1)
+
+
+def gemm_wins(c: Conv, t: Simd) -> bool:
+    """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it)."""
+    if not gemm_applies(c):
+        return False
+    ocb, xt = direct_tiles(c, t)
+    col_waste = math.ceil(c.ow / xt) * xt / c.ow
+    return c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt
+
+
+def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(mr, nv): OC rows and pixel SIMD vectors of the register tile."""
+    pixels = c.n * c.oh * c.ow
+    nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
+    budget = max(1, (t.vector_regs - nv - 2) // nv)
+    # the mr that pads OC least, the largest on a tie: min over (padded OC, -mr), as a loop
+    # (the predictor runs this on every prediction; a key function costs a call per row)
+    mr, least = 0, None
+    for m in range(min(budget, c.oc), 0, -1):
+        padded = math.ceil(c.oc / m) * m
+        if least is None or padded < least:
+            mr, least = m, padded
+    if least is None:
+        raise ValueError(f"no register tile for OC {c.oc}")
+    return mr, nv
+
+
+def gemm_tasks(c: Conv, t: Simd) -> int:
+    """Parallel (pixel tile, OC block) tasks."""
+    mr, nv = gemm_tiles(c, t)
+    return c.n * math.ceil(c.oh * c.ow / (nv * t.lanes)) * math.ceil(c.oc / mr)
+
+
+# ---- CPU Winograd F(2x2, 3x3) ---------------------------------------------------------
+M_TILE, R_TILE = 2, 4  # output / input tile edge
+
+
+def winograd_applies(c: Conv) -> bool:
+    """3x3, stride 1, dilation 1, groups 1 (any padding)."""
+    return (c.kh, c.kw, tuple(c.stride), tuple(c.dilation), c.groups) == (
+        3, 3, (1, 1), (1, 1), 1,
+    )  # fmt: skip
+
+
+def winograd_wins(c: Conv) -> bool:
+    """Shape part of ``cpu_winograd.wins`` (see there for the measurements behind it)."""
+    return winograd_applies(c) and c.ic >= 64 and c.oc >= 64 and c.ic * c.oc >= 64 * 128
+
+
+def winograd_grid(c: Conv) -> tuple[int, int]:
+    """(tile rows, tile columns) of 2x2 output tiles covering OH x OW."""
+    return math.ceil(c.oh / M_TILE), math.ceil(c.ow / M_TILE)
+
+
+def winograd_tiles(c: Conv, t: Simd) -> tuple[int, int]:
+    """(ocb, pt): channels per SIMD block and Winograd tiles per register tile."""
+    vecs = 2 if c.oc > t.lanes else 1
+    budget = (t.vector_regs - vecs - 2) // vecs
+    th, tw = winograd_grid(c)
+    return t.lanes * vecs, max(1, min(budget, 14, th * tw))
+
+
+def winograd_tasks(c: Conv, t: Simd) -> int:
+    """Parallel (batch, transform element, OC block, tile block) tasks of the batched GEMM."""
+    ocb, pt = winograd_tiles(c, t)
+    th, tw = winograd_grid(c)
+    return c.n * 16 * math.ceil(c.oc / ocb) * math.ceil(th * tw / pt)
+
+
+# ---- CPU matmul / GEMV (cpu_rules.schedule_matmul) --------------------------------------
+MM_MAX_BLOCKS_PER_TASK = 16  # x 2 vectors of accumulators each: AVX-512's 32 registers
+# a weight from this size on is spread over every core: below it one task streams it faster
+# than the thread pool wakes up (H100 host: 300 KB 1.8x slower spread, 400-660 KB 0.98-1.57x)
+MM_SPREAD_BYTES = 384 << 10
+# ... on CPUs of this many cores or more: on the 2-vCPU dev VM two half-width tasks streamed a
+# 51 MB weight 2.2x slower than one; on the H100 host's 16 vCPUs spreading was 1.4x faster
+# (median over 46 GEMVs, net of the day's speed) and up to 5x (K 4096, N 500: 405 -> 79 us)
+MM_SPREAD_MIN_CORES = 4
+
+
+def matmul_vector_block(n: int, lanes: int) -> int:
+    """Output columns of one column block (two SIMD vectors where N has them)."""
+    return 2 * lanes if n >= 2 * lanes else lanes
+
+
+def matmul_blocks_per_task(blocks: int, row_tiles: int, weight_bytes: int, cores: int) -> int:
+    """Column blocks per parallel task: the largest divisor of ``blocks`` up to
+    :data:`MM_MAX_BLOCKS_PER_TASK` (the register tile), but for a weight of
+    :data:`MM_SPREAD_BYTES` or more (on :data:`MM_SPREAD_MIN_CORES` cores or more) only as large
+    as still gives every core a task. Grouping alone had left a GEMV of N <= 512 on one thread
+    and N = 4096 on 8 of 16 cores."""
+    if blocks <= 0:
+        return 1
+    sizes = [d for d in range(1, MM_MAX_BLOCKS_PER_TASK + 1) if blocks % d == 0]
+    if weight_bytes >= MM_SPREAD_BYTES and cores >= MM_SPREAD_MIN_CORES:
+        want = min(cores, blocks * row_tiles)
+        sizes = [d for d in sizes if blocks // d * row_tiles >= want] or [1]
+    return max(sizes)
