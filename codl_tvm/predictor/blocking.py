@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from codl_tvm import tiling
 from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this module's API
+    _cdiv,
     gpu_dense,
     gpu_elementwise,
     gpu_gemm,
@@ -60,10 +61,6 @@ __all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "te
 CPU_L1_BYTES = 48 << 10
 CPU_L2_BYTES_PER_CORE = 2 << 20
 CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _over_l1(task_bytes: int) -> bool:
