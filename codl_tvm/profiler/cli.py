@@ -96,6 +96,17 @@ def run_noise(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_resummarize(args: argparse.Namespace) -> int:
+    """Recompute each sample's latency from its visits with the current estimator."""
+    from codl_tvm.profiler.rounds import resummarize
+    from codl_tvm.profiler.schema import read_samples
+
+    counts = resummarize(args.samples, args.output)
+    read_samples(args.output)  # what was written must load
+    print(json.dumps(counts))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codl_tvm.profiler")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -104,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     noise = sub.add_parser("noise", help="agreement of repeated measurements (+-10%)")
     noise.add_argument("samples")
     noise.add_argument("--json", action="store_true")
+    resum = sub.add_parser("resummarize",
+                           help="latency_us from each row's visits with the current estimator")
+    resum.add_argument("samples")
+    resum.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    runs = {"profile": run, "bundle": run_bundle_build, "noise": run_noise}
+    runs = {"profile": run, "bundle": run_bundle_build, "noise": run_noise,
+            "resummarize": run_resummarize}
     return runs[args.cmd](args)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from codl_tvm.profiler.rounds import sample_estimate
+
 SUB_OP = ("role", "op", "algorithm", "sub_H", "sub_W", "sub_IC", "sub_OC", "KH", "KW", "SH",
           "SW", "sub_pad_top", "sub_pad_bottom", "dilation", "groups")  # fmt: skip
 
@@ -42,22 +44,34 @@ def _pairs10(vals: Sequence[float], tol: float) -> tuple[int, int]:
     return int(np.sum(rel[off] <= tol)), int(off.sum())
 
 
+def _halves_agree(vals: Sequence[float], tol: float) -> bool | None:
+    if len(vals) < 4:
+        return None
+    odd, even = sample_estimate(vals[0::2]), sample_estimate(vals[1::2])
+    return abs(odd - even) <= tol * min(odd, even)
+
+
 def noise_rows(rows: Sequence[dict[str, Any]], tol: float = 0.1) -> list[dict[str, Any]]:
-    """Per (processor, op) and per processor (``all``): samples, pairs and ``agree10``."""
+    """Per (processor, op) and per processor (``all``): samples, pairs, agree10, halves10."""
     source, reps = repeated_measurements(rows)
     acc: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     spread: dict[tuple[str, str], list[float]] = defaultdict(list)
+    halves: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for role, op, vals in reps:
         ok, n = _pairs10(vals, tol)
         rel = (max(vals) - min(vals)) / float(np.median(vals))
+        half = _halves_agree(vals, tol) if source == "rounds" else None
         for key in ((role, op), (role, "all")):
             acc[key][0] += 1
             acc[key][1] += ok
             acc[key][2] += n
             spread[key].append(rel)
+            if half is not None:
+                halves[key].append(half)
     return [
         {"processor": role, "op": op, "source": source, "samples": s, "pairs": n,
-         "agree10": ok / n, "median_range": float(np.median(spread[(role, op)]))}
+         "agree10": ok / n, "median_range": float(np.median(spread[(role, op)])),
+         "halves10": float(np.mean(halves[(role, op)])) if halves[(role, op)] else None}
         for (role, op), (s, ok, n) in sorted(acc.items())
     ]  # fmt: skip
 
@@ -68,14 +82,16 @@ def format_noise(rows: Sequence[dict[str, Any]]) -> str:
         return "noise: no sample was measured twice (profile with --rounds 2 or more)"
     lines = [
         f"noise ceiling (source: {rows[0]['source']}): pairs of repeated measurements of one "
-        "sample within +-10%",
+        "sample within +-10% (agree10: single visits; halves10: the estimates of the odd and "
+        "the even visits)",
         "",
-        "| processor | op | samples | pairs | agree10 | median (max-min)/median |",
-        "|---|---|---|---|---|---|",
+        "| processor | op | samples | pairs | agree10 | halves10 | median (max-min)/median |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        half = "-" if r.get("halves10") is None else f"{r['halves10']:.1%}"
         lines.append(
             f"| {r['processor']} | {r['op']} | {r['samples']} | {r['pairs']} | "
-            f"{r['agree10']:.1%} | {r['median_range']:.1%} |"
+            f"{r['agree10']:.1%} | {half} | {r['median_range']:.1%} |"
         )
     return "\n".join(lines)
