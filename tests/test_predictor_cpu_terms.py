@@ -124,24 +124,36 @@ def test_cpu_terms_have_one_length_per_algorithm_and_are_nonnegative(rows) -> No
     assert all(len(v) == 1 for v in lengths.values()), lengths
 
 
-def _cpu_acc10(train: list[dict], test: list[dict]) -> float:
+def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pred = make("codl").fit(train)
-        test = [r for r in test if r["role"] == "cpu" and r["op"] not in SHARING_KINDS]
+        test = [r for r in test if r["role"] == role and r["op"] not in SHARING_KINDS]
         p = pred.predict(test)
     y = np.array([r["latency_us"] for r in test])
     return float(np.mean(np.abs(p - y) / y <= 0.1))
 
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
-    assert _cpu_acc10(*split_rows(rows, 0.3, 0)) >= 0.57
+    # session 6 (samples of 12 visits, lower-half mean): 67.6%; the floors sit ~4 points under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.63
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.37), ("VGG-16", 0.52), ("POSENET", 0.45)])
+                         [("YOLO-V2", 0.50), ("VGG-16", 0.69), ("POSENET", 0.65)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
-    assert _cpu_acc10(*split_models(rows, [model])) >= floor
+    assert _acc10(*split_models(rows, [model])) >= floor
+
+
+def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
+    # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%
+    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.76
+
+
+@pytest.mark.parametrize(("model", "floor"),
+                         [("YOLO-V2", 0.62), ("VGG-16", 0.88), ("POSENET", 0.76)])
+def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
+    assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 
 
 # ---- the streaming limit is learned per target ---------------------------------------------

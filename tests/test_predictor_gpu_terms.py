@@ -10,8 +10,8 @@ import pytest
 
 from codl_tvm import tiling
 from codl_tvm.predictor.blocking import gpu_tiled, gpu_winograd, resident_blocks
-from codl_tvm.predictor.gpu_terms import gpu_elementwise, smem_store_wavefronts
-from codl_tvm.predictor.mirror import Machine, gpu_plan
+from codl_tvm.predictor.gpu_terms import gpu_elementwise, gpu_gemv, smem_store_wavefronts
+from codl_tvm.predictor.mirror import Machine, conv_shape, gpu_plan
 from codl_tvm.predictor.opspec import OpSpec
 
 H100 = Machine()
@@ -50,6 +50,27 @@ def test_winograd_k_step_terms_scale_with_ic_and_waves():
     assert gpu_winograd(conv(64, 64, 256, 256, 3), H100)[-1] == 0  # 1024 tiles: whole
     fewer_sms = gpu_winograd(conv(26, 26, 256, 512, 3), replace(H100, sms=4))
     assert fewer_sms[-2] > base[-2]  # more waves of resident blocks on a smaller GPU
+
+
+def test_winograd_fma_issue_counts_the_warps_of_a_block():
+    """Regression (session 6): the FMA term counted one thread's FMAs per block, so a 64x64
+    block of 8 warps cost what a 64x32 block of 4 did; the H100 rows of the two tiles were
+    off in opposite directions (1.1-1.2x over, 0.86-0.92x under)."""
+    s = conv(26, 26, 256, 512, 3)
+    row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
+    t = row.tile
+    blocks = 16 * math.ceil(s.OC / t.bm) * math.ceil(th * tw / t.bn)
+    kp = math.ceil(s.IC / t.bk) * t.bk
+    per_sm = math.ceil(blocks / H100.sms)
+    assert gpu_winograd(s, H100)[0] == per_sm * (t.threads // 32) * t.tm * t.tn * kp / 4
+    assert len(gpu_winograd(s, H100)) == 6  # no staging term: both tiles conflict-free
+
+
+def test_gemv_ragged_k_repeats_the_steps():
+    """A K that is not a multiple of the 16 K-threads keeps a bounds check in the loop."""
+    even, ragged = OpSpec("dense", 1, 1, 2816, 512), OpSpec("dense", 1, 1, 2833, 512)
+    assert gpu_gemv(even, H100)[-1] == 0
+    assert gpu_gemv(ragged, H100)[-1] == gpu_gemv(ragged, H100)[0] > 0
 
 
 def _wavefronts(rows: int, cols: int, stride: int, k_inner: bool) -> int:

@@ -111,11 +111,14 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
 
 
 def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
-    """gpu-winograd-2x2-3x3: waves of the 16 batched GEMMs' (bm x bn) blocks x per-thread FMAs
-    over the padded IC, their shared-memory staging, the input / weight / output transforms
-    as memory passes, and the latency of the K steps (waves of *resident* blocks x K steps),
-    twice over for a ragged tile column (bounds-checked loads). Its 4 launches are a
-    constant: t0 holds them."""
+    """gpu-winograd-2x2-3x3: the FMA issue of the critical SM (its blocks' warps x tm*tn FMAs
+    per k over the padded IC, over the SM's warp schedulers: a 64x64 block of 8 warps issues
+    twice what a 64x32 block of 4 does, as in :func:`gpu_tiled`), the input / weight / output
+    transforms as memory passes, and the latency of the K steps (waves of *resident* blocks x
+    K steps), twice over for a ragged tile column (bounds-checked loads). Both shared tiles
+    are stored along M / N (``weights_along_k=False``): no bank conflicts, no staging term
+    (it fitted to zero once the FMAs were counted per warp). Its 4 launches are a constant:
+    t0 holds them."""
     # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
     # differently than now (the predicate is the mirror's business, not the terms')
     row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
@@ -125,8 +128,7 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     kp = _cdiv(s.IC, t.bk) * t.bk
     steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
     return [
-        _cdiv(blocks, m.sms) * t.tm * t.tn * kp,  # FMAs of a thread, critical SM
-        blocks * (t.bm + t.bn) * kp,  # global -> shared staging, all blocks
+        _cdiv(blocks, m.sms) * (t.threads // 32) * t.tm * t.tn * kp / SMSPS,  # FMA issue
         s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
         16 * s.IC * s.OC + s.IC * s.OC * 9,  # weight transform (every call): read g, write U
         16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
@@ -187,7 +189,9 @@ def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
     cross-thread sum. Terms: the loop steps of the critical SM's resident blocks; the weight
     bytes the loads fetch (a row of ``tx`` columns still costs whole 32-byte sectors: a prime
     N gets ``tx = 1`` and 8x the traffic), from L2 or from memory; the steps again once the
-    weight is beyond the L2 (each step then waits on memory); and the blocks' reductions. The
+    weight is beyond the L2 (each step then waits on memory); and the steps again for a K
+    that is not a multiple of 16: the generated loop keeps its bounds check, so nvcc cannot
+    batch the guarded loads and each step waits on an L2 round trip (2-3.6x slower rows). The
     L2 regime switches at half the L2: the H100's is two partitions, and the samples turn at
     20-40 MB of weights."""
     tx = gemv_columns(s.OC)
@@ -196,4 +200,5 @@ def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
     steps = _cdiv(blocks, m.sms * resident) * _cdiv(s.IC, GEMV_K_THREADS)
     fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
     beyond = s.IC * s.OC * 4 > m.l2_bytes // 2
-    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, blocks]
+    ragged_k = s.IC % GEMV_K_THREADS != 0
+    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, steps * ragged_k]

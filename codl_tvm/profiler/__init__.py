@@ -35,6 +35,7 @@ def make_jobs(
     shares: Sequence[float] | None = None,
     sharing: bool = True,
     max_share_bytes: int = 64 << 20,
+    kinds: Sequence[str] | None = None,
 ) -> list[Any]:
     """The jobs of one profiling run.
 
@@ -49,6 +50,10 @@ def make_jobs(
         Random ops to draw from CoDL's ranges and the FLOPs bounds of each.
     shares : list of float, optional
         Each processor's shares to measure (default: 0.1..1.0, or 0.3/0.6/1.0 when quick).
+    sharing : bool
+        Also measure the sharing costs (copies, slice, concat, sync).
+    kinds : list of str, optional
+        Op kinds of the random ops (default: all of ``space.KIND_WEIGHTS``, weighted).
     """
     from codl_tvm.profiler import space
 
@@ -64,6 +69,7 @@ def make_jobs(
             seed,
             max_flops or cfg["max_flops"],
             min_flops=cfg["min_flops"] if min_flops is None else min_flops,
+            kinds=kinds,
         )
     jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
     if sharing:

@@ -8,6 +8,19 @@ import json
 from codl_tvm.profiler.bundle_runner import add_protocol_arguments, protocol_from_args
 
 
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kinds", help="comma-separated op kinds of the random ops "
+                        "(conv2d, depthwise, dense, pool_max, pool_avg, elementwise)")
+    parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
+    parser.add_argument("--no-sharing", action="store_true",
+                        help="leave out the sharing costs (copies, slice, concat, sync)")
+
+
+def _sampling_options(args: argparse.Namespace) -> dict:
+    return {"kinds": args.kinds.split(",") if args.kinds else None, "n_specs": args.n_specs,
+            "sharing": not args.no_sharing}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``codl-tvm profile``."""
     parser.add_argument("--pair", default="cpu-pair", help="device pair preset (default cpu-pair)")
@@ -22,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-flops", type=float, help="skip ops with more FLOPs than this")
     parser.add_argument("--seed", type=int, default=0)
+    _add_sampling_arguments(parser)
     way = parser.add_mutually_exclusive_group()
     way.add_argument("--rpc", metavar="HOST:PORT", help="measure on a TVM RPC server")
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure through a TVM tracker")
@@ -41,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         from codl_tvm.profiler import profile
 
-        opts = {"max_flops": args.max_flops, "seed": args.seed, "proto": protocol_from_args(args)}
+        opts = {"max_flops": args.max_flops, "seed": args.seed, "proto": protocol_from_args(args),
+                **_sampling_options(args)}
         counts = profile(
             args.pair, args.output, quick=args.quick, workloads=args.workload, rpc=args.rpc,
             tracker=args.rpc_tracker, key=args.rpc_key, arch=args.arch, **opts,
@@ -61,6 +76,7 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-flops", type=float)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shares", help="comma-separated shares per processor (0.1..1.0)")
+    _add_sampling_arguments(parser)
     parser.add_argument("--max-mib", type=float, default=40.0, help="bundle size cap")
     parser.add_argument("-o", "--output", required=True, help="bundle folder")
 
@@ -77,7 +93,7 @@ def run_bundle_build(args: argparse.Namespace) -> int:
         pair = replace(pair, cpu_spec={**pair.cpu_spec, "mcpu": args.mcpu}, _cache={})
     shares = [float(x) for x in args.shares.split(",")] if args.shares else None
     jobs = make_jobs(args.quick, args.workload, max_flops=args.max_flops, seed=args.seed,
-                     shares=shares)  # fmt: skip
+                     shares=shares, **_sampling_options(args))  # fmt: skip
     man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
     n = sum(len(lib["entries"]) for lib in man["libs"])
     print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],

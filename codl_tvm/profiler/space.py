@@ -36,6 +36,12 @@ KIND_WEIGHTS: dict[str, float] = {
     "pool_avg": 0.08,
     "elementwise": 0.1,
 }
+# Real networks' channel counts are mostly multiples of 32 or 8 and their kernels 1 or 3
+# wide. CoDL's log-uniform draw almost never gives such a count, and the dispatch picks
+# kernels by them (a 1x1 conv whose OC fills the NCHWc block runs the direct kernel, not the
+# GEMM), so a whole kernel once had no random samples: (probability, rounding multiple).
+CHANNEL_MULTIPLES: tuple[tuple[float, int], ...] = ((0.5, 32), (0.25, 8), (0.25, 1))
+KERNEL_WEIGHTS: dict[int, float] = {1: 0.3, 2: 0.05, 3: 0.4, 4: 0.03, 5: 0.1, 6: 0.02, 7: 0.1}
 FULL_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
 QUICK_GRID: tuple[float, ...] = (0.3, 0.6, 1.0)
 SHARING_OPS: tuple[str, ...] = ("to_cpu", "to_gpu", "slice", "concat")
@@ -101,12 +107,24 @@ def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
+def _channels(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """A log-uniform count in [lo, hi], rounded as :data:`CHANNEL_MULTIPLES` says."""
+    c = _log_uniform(rng, lo, hi)
+    probs = [p for p, _ in CHANNEL_MULTIPLES]
+    mult = CHANNEL_MULTIPLES[int(rng.choice(len(probs), p=probs))][1]
+    if c < mult:
+        return c
+    return int(min(hi - hi % mult, max(mult, round(c / mult) * mult)))
+
+
 def random_spec(rng: np.random.Generator, kind: str) -> OpSpec:
-    """One op of ``kind`` with sizes drawn log-uniformly from CoDL's ranges."""
+    """One op of ``kind``: sizes log-uniform in CoDL's ranges, channels and kernels as in CNNs."""
     hw = _log_uniform(rng, *CODL_RANGES["HW"])
-    ic = _log_uniform(rng, *CODL_RANGES["IC"])
-    oc = _log_uniform(rng, *CODL_RANGES["OC"])
-    k = int(rng.integers(CODL_RANGES["K"][0], CODL_RANGES["K"][1] + 1))
+    ic = _channels(rng, *CODL_RANGES["IC"])
+    oc = _channels(rng, *CODL_RANGES["OC"])
+    sizes = list(KERNEL_WEIGHTS)
+    weights = np.array([KERNEL_WEIGHTS[k] for k in sizes])
+    k = int(sizes[int(rng.choice(len(sizes), p=weights / weights.sum()))])
     s = int(rng.integers(1, 3))
     if kind == "dense":
         return OpSpec("dense", 1, 1, ic, oc)
@@ -132,6 +150,9 @@ def sample_specs(
     """``n`` random ops in CoDL's ranges with ``min_flops`` to ``max_flops`` FLOPs each."""
     rng = np.random.default_rng(seed)
     names = list(kinds or KIND_WEIGHTS)
+    unknown = sorted(set(names) - set(KIND_WEIGHTS))
+    if unknown:
+        raise ValueError(f"unknown op kinds {unknown}: choose from {sorted(KIND_WEIGHTS)}")
     weights = np.array([KIND_WEIGHTS[k] for k in names])
     specs: list[OpSpec] = []
     for _ in range(200 * n):
