@@ -53,14 +53,12 @@ def test_pool_streams_only_beyond_the_l2s() -> None:
     assert blocking.cpu_pool(big, M)[-1] == pytest.approx(bytes_big / M.cores)
 
 
-def test_eltwise_and_gemv_regimes_switch_at_the_same_size() -> None:
+def test_eltwise_streams_past_the_l2s() -> None:
     per_pass = L2_TOTAL // 8  # elementwise: read + write of 4-byte elements
     below = op("elementwise", 1, per_pass // 64, 64, 64)
     above = op("elementwise", 2, per_pass // 64, 64, 64)
-    assert blocking.cpu_eltwise(below, M)[-1] == 0.0
-    assert blocking.cpu_eltwise(above, M)[-1] > 0.0
-    assert blocking.cpu_dense(op("dense", 1, 1, 4096, 1000), M)[-1] == 0.0  # 16 MB weight
-    assert blocking.cpu_dense(op("dense", 1, 1, 25088, 4096), M)[-1] > 0.0  # 411 MB weight
+    assert blocking.cpu_eltwise(below, M)[2] == 0.0
+    assert blocking.cpu_eltwise(above, M)[2] > 0.0
 
 
 @pytest.mark.parametrize(("ow", "vector", "scalar"), [(13, 0, 13), (15, 0, 15), (16, 2, 0),
@@ -135,12 +133,13 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
-    # session 6 (samples of 12 visits, lower-half mean): 67.6%; the floors sit ~4 points under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.63
+    # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
+    # the floors sit ~4 points under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.67
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.50), ("VGG-16", 0.69), ("POSENET", 0.65)])
+                         [("YOLO-V2", 0.50), ("VGG-16", 0.70), ("POSENET", 0.65)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
@@ -156,9 +155,35 @@ def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 
 
+def test_gemv_pays_a_fork_join_only_for_several_tasks() -> None:
+    """Regression (session 6): a parallel loop of one task compiles to serial code; GEMVs of
+    14-41 tasks, which do pay the launch, sat at 0.72-0.84x."""
+    one_task = op("dense", 1, 1, 256, 16)  # one column block
+    many = op("dense", 1, 1, 4096, 1024)
+    assert blocking.cpu_dense(one_task, M)[3] == 0.0
+    assert blocking.cpu_dense(many, M)[3] == 1.0
+
+
+def test_gemv_stlb_term_starts_past_the_tlb_reach() -> None:
+    """Regression (session 6): GEMVs whose pass touches more 4 KiB pages than the STLB holds
+    stream about 2x slower per byte on the H100 host (3342 x 831: 18 us/MB)."""
+    reach_rows = blocking.CPU_STLB_ENTRIES  # rows of a full page each: one page a row
+    assert blocking.cpu_dense(op("dense", 1, 1, reach_rows, 1024), M)[-1] == 0.0
+    assert blocking.cpu_dense(op("dense", 1, 1, reach_rows + 1, 1024), M)[-1] > 0.0
+    # narrow rows touch less than a page each: the same IC stays within reach
+    assert blocking.cpu_dense(op("dense", 1, 1, 2 * reach_rows, 512), M)[-1] == 0.0
+
+
+def test_eltwise_reads_from_dram_only_past_the_last_level_cache() -> None:
+    small = op("elementwise", 112, 112, 256, 256)  # 2 x 12.8 MB a pass
+    huge = op("elementwise", 223, 223, 826, 826)  # 2 x 164 MB
+    assert blocking.cpu_eltwise(small, M)[-1] == 0.0
+    assert blocking.cpu_eltwise(huge, M)[-1] > 0.0
+
+
 # ---- the streaming limit is learned per target ---------------------------------------------
 def _streams(s: OpSpec, limit: int) -> bool:
-    return blocking.cpu_eltwise(s, Machine(cpu_stream_bytes=limit))[-1] > 0.0
+    return blocking.cpu_eltwise(s, Machine(cpu_stream_bytes=limit))[2] > 0.0
 
 
 @pytest.mark.parametrize("limit_mb", [2, 6, 48])
@@ -168,7 +193,8 @@ def test_the_stream_limit_is_learned_from_the_samples(rows, limit_mb) -> None:
     between two candidates)."""
     limit = limit_mb << 20
     elt = [dict(r) for r in rows if r["op"] == "elementwise" and r["role"] == "cpu"]
-    unit_us = [2.0, 0.3, 0.002, 0.004]  # t0, per row-wave, per byte, per streamed byte
+    # t0, per row-wave, per element, per streamed byte, per byte from DRAM
+    unit_us = [2.0, 0.3, 0.002, 0.004, 0.004]
     truth = Machine(cpu_stream_bytes=limit)
     for r in elt:
         r["latency_us"] = float(np.dot(unit_us, [1.0, *blocking.cpu_eltwise(sub_spec(r), truth)]))
