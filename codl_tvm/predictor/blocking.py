@@ -118,6 +118,10 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # weight vector loads of the critical core once a task's packed weight panel
         # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
         waves * red * vecs * _over_l1(ocb * red * 4),
+        # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
+        # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
+        # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
+        _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4),
     ]
 
 
