@@ -385,11 +385,11 @@ def summary(path: Path, json_out: Path | None) -> None:
         )
 
 
-def _lower_half(v: np.ndarray) -> float:
-    return float(np.mean(np.sort(v)[: max(1, len(v) // 2)]))
+def _sample_estimators() -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from codl_tvm.profiler.rounds import sample_estimate  # noqa: PLC0415  (the profiler's own)
 
-
-SAMPLE_ESTIMATORS = {"median": np.median, "min": np.min, "lower-half mean": _lower_half}
+    return {"median": np.median, "min": np.min, "lower-half mean": sample_estimate}
 
 
 def visits_table(paths: list[Path], json_out: Path | None, draws: int = 40) -> None:
@@ -406,9 +406,10 @@ def visits_table(paths: list[Path], json_out: Path | None, draws: int = 40) -> N
                 per.setdefault(v["key"], []).append(float(np.percentile(v["costs_us"], 25)))
     rng = random.Random(0)
     rows = []
+    estimators = _sample_estimators()
     for n in (1, 2, 3, 5, 8, 12, 16, 20):
         row: dict[str, Any] = {"visits": n}
-        for name, est in SAMPLE_ESTIMATORS.items():
+        for name, est in estimators.items():
             ok = tot = 0
             for vals in per.values():
                 if len(vals) < 2 * n:
@@ -420,10 +421,10 @@ def visits_table(paths: list[Path], json_out: Path | None, draws: int = 40) -> N
             row[name] = ok / tot if tot else None
         rows.append(row)
     print(f"{len(per)} kernels, {min(map(len, per.values()))}+ visits each\n")
-    print("| visits per set | " + " | ".join(SAMPLE_ESTIMATORS) + " |")
-    print("|---" * (len(SAMPLE_ESTIMATORS) + 1) + "|")
+    print("| visits per set | " + " | ".join(estimators) + " |")
+    print("|---" * (len(estimators) + 1) + "|")
     for r in rows:
-        cells = ["-" if r[k] is None else f"{r[k]:.1%}" for k in SAMPLE_ESTIMATORS]
+        cells = ["-" if r[k] is None else f"{r[k]:.1%}" for k in estimators]
         print(f"| {r['visits']} | " + " | ".join(cells) + " |")
     if json_out:
         json_out.write_text(json.dumps(rows, indent=1))
