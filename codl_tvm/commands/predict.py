@@ -1,4 +1,4 @@
-"""``codl-tvm profile``, ``train`` and ``report`` (library: profiler and predictor)."""
+"""``codl-tvm profile``, ``train``, ``report`` and ``calibrate`` (library: profiler and predictor)."""
 
 from __future__ import annotations
 
@@ -15,4 +15,7 @@ COMMANDS = {
                      pred.run_train),
     "report": Command("accuracy report of a predictor on samples", pred.add_report_arguments,
                       pred.run_report),
+    "calibrate": Command("scale a predictor's kernel times to the machine at hand (a few "
+                         "samples profiled there)", pred.add_calibrate_arguments,
+                         pred.run_calibrate),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import operator
 import warnings
 from collections.abc import Sequence
@@ -106,14 +107,45 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             if r["op"] in SHARING_KINDS:
                 out.append(self.sharing_.cost(r["op"], r["role"], r["bytes"]))
             else:
-                out.append(self._kernel_us(r["role"], sub_spec(r), r["algorithm"]))
+                speed = self._speed(r["role"])
+                out.append(self._kernel_us(r["role"], sub_spec(r), r["algorithm"]) * speed)
         return np.asarray(out, dtype=float)
+
+    # ---- calibration to the machine at hand ---------------------------------------------
+    def calibrate(self, X: Sequence[dict[str, Any]], min_samples: int = 3) -> BasePredictor:
+        """Scale each processor's kernel predictions to the speed of the machine at hand.
+
+        ``speed_[role]`` becomes the median of measured / predicted latency over the compute
+        samples of ``X`` on that processor: a few dozen kernels profiled on the target now.
+        Two leases of the H100 machine ran the same CPU kernels up to 1.7x apart
+        (PREDICTOR.md, session 6); the model's shape is kept, its time unit moves. The ratios
+        are taken against the uncalibrated model, so calibrating again replaces the factors.
+        Sharing costs are not scaled. Returns ``self``.
+        """
+        rows = [r for r in X if r["op"] not in SHARING_KINDS]
+        pairs = {r["pair"] for r in rows}
+        if not rows or pairs != {self.pair_}:
+            raise ValueError(f"calibration needs compute samples of pair {self.pair_!r}; "
+                             f"got {sorted(pairs) or 'none'}")  # fmt: skip
+        speed: dict[str, float] = {}
+        for role in sorted({r["role"] for r in rows}):
+            sel = [r for r in rows if r["role"] == role]
+            if len(sel) < min_samples:
+                raise ValueError(f"calibration needs >= {min_samples} compute samples of "
+                                 f"{role}, got {len(sel)}")  # fmt: skip
+            raw = [self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel]
+            speed[role] = float(np.median([r["latency_us"] / p for r, p in zip(sel, raw)]))
+        self.speed_ = speed
+        return self
+
+    def _speed(self, role: str) -> float:
+        return getattr(self, "speed_", {}).get(role, 1.0)
 
     # ---- the planner's API --------------------------------------------------------------
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         """Predicted latency of ``sub`` run alone on ``role`` (warns outside the trained range)."""
         self._check_range(role, sub)
-        return self._kernel_us(role, sub, None)
+        return self._kernel_us(role, sub, None) * self._speed(role)
 
     def predict_op(
         self, op: OpSpec, dim: str, ratio: float, chain: bool = False
@@ -182,6 +214,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             "range": self.range_,
             "sharing": self.sharing_.to_json(),
             **({"trained_on": self.trained_on_} if getattr(self, "trained_on_", None) else {}),
+            **({"speed": self.speed_} if getattr(self, "speed_", None) else {}),
             "model": (
                 round_floats(self._model_json(), self.round_digits)
                 if self.round_digits
@@ -205,6 +238,11 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         obj._warned = set()
         if "trained_on" in doc:
             obj.trained_on_ = doc["trained_on"]
+        if "speed" in doc:
+            speed = {str(k): float(v) for k, v in doc["speed"].items()}
+            if not all(math.isfinite(v) and v > 0 for v in speed.values()):
+                raise ValueError(f"speed factors must be positive numbers: {doc['speed']}")
+            obj.speed_ = speed
         obj._load_model(doc["model"])
         return obj
 

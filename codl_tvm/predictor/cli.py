@@ -44,6 +44,25 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
+    parser.add_argument("samples", help="a few dozen samples profiled on the target now")
+    parser.add_argument("-o", "--output", required=True, help="calibrated predictor JSON")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from codl_tvm.predictor import load
+    from codl_tvm.profiler import read_samples
+
+    pred = load(args.predictor)
+    rows = read_samples(args.samples, pair=pred.pair_)
+    pred.calibrate(rows)
+    pred.save(args.output)
+    print(json.dumps({"pair": pred.pair_, "speed": pred.speed_, "samples": len(rows),
+                      "output": args.output}))  # fmt: skip
+    return 0
+
+
 # the lead wires these as `codl-tvm train` / `codl-tvm report`
 add_arguments = add_train_arguments
 run = run_train
@@ -54,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     add_train_arguments(sub.add_parser("train", help="fit a predictor on samples"))
     add_report_arguments(sub.add_parser("report", help="accuracy of a predictor on samples"))
+    add_calibrate_arguments(sub.add_parser("calibrate", help="scale a predictor to this machine"))
     args = parser.parse_args(argv)
+    runs = {"train": run_train, "report": run_report, "calibrate": run_calibrate}
     try:
-        return run_train(args) if args.cmd == "train" else run_report(args)
+        return runs[args.cmd](args)
     except (OSError, ValueError) as err:  # a bad samples/predictor file: one line, as codl-tvm
         print(f"{parser.prog} {args.cmd}: error: {err}", file=sys.stderr)
         return 1

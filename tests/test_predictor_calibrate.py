@@ -1,0 +1,87 @@
+"""``calibrate``: the shipped predictor scaled to the speed of the machine at hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import pytest
+
+from codl_tvm.cli import main
+from codl_tvm.predictor import DATA_DIR, PredictorFileError, load
+from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
+from codl_tvm.profiler import COLUMNS, read_samples
+
+SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
+PREDICTOR = DATA_DIR / "predictor-x86-cuda.json"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return [r for r in read_samples(SAMPLES) if r["op"] not in SHARING_KINDS][::40]
+
+
+def _slower(rows: list[dict], factor: dict[str, float]) -> list[dict]:
+    """The rows as a machine ``factor`` times as slow as the predictor would measure them."""
+    pred = load(PREDICTOR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = pred.predict(rows)
+    return [dict(r, latency_us=float(p) * factor[r["role"]]) for r, p in zip(rows, base)]
+
+
+def test_calibrate_finds_each_processors_speed_and_replaces_it(rows) -> None:
+    pred = load(PREDICTOR)
+    op = OpSpec("conv2d", 56, 56, 64, 64, 3, 3, 1, 1, (1, 1, 1, 1))
+    before = {role: pred.kernel_us(role, op) for role in ("cpu", "gpu")}
+    assert pred.calibrate(_slower(rows, {"cpu": 0.5, "gpu": 1.25})) is pred
+    assert pred.speed_ == pytest.approx({"cpu": 0.5, "gpu": 1.25})
+    assert pred.kernel_us("cpu", op) == pytest.approx(0.5 * before["cpu"])
+    assert pred.kernel_us("gpu", op) == pytest.approx(1.25 * before["gpu"])
+    pred.calibrate(_slower(rows, {"cpu": 2.0, "gpu": 1.0}))  # again: replaced, not compounded
+    assert pred.speed_ == pytest.approx({"cpu": 2.0, "gpu": 1.0})
+    sharing = pred.predict_op(op, "H", 0.5)["share_us"]
+    assert sharing == load(PREDICTOR).predict_op(op, "H", 0.5)["share_us"]  # not scaled
+
+
+def test_calibration_travels_in_the_file_and_the_default_has_none(rows, tmp_path) -> None:
+    assert "speed" not in json.loads(PREDICTOR.read_text())
+    pred = load(PREDICTOR).calibrate(_slower(rows, {"cpu": 0.6, "gpu": 1.1}))
+    pred.save(tmp_path / "p.json")
+    back = load(tmp_path / "p.json")
+    assert back.speed_ == pytest.approx({"cpu": 0.6, "gpu": 1.1}, rel=1e-6)
+    bad = json.loads((tmp_path / "p.json").read_text())
+    bad["speed"]["cpu"] = -1.0
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(PredictorFileError, match="speed"):
+        load(tmp_path / "bad.json")
+
+
+def test_calibrate_refuses_too_few_or_foreign_samples(rows) -> None:
+    pred = load(PREDICTOR)
+    cpu = [r for r in rows if r["role"] == "cpu"]
+    with pytest.raises(ValueError, match=">= 3 compute samples of cpu"):
+        pred.calibrate(cpu[:2])
+    with pytest.raises(ValueError, match="pair 'x86-cuda'"):
+        pred.calibrate([dict(r, pair="cpu-pair") for r in cpu])
+    assert getattr(pred, "speed_", {}) == {}
+
+
+def test_cli_calibrate_writes_the_file_or_nothing(rows, tmp_path, capsys) -> None:
+    fresh = _slower(rows, {"cpu": 0.8, "gpu": 0.9})
+    path = tmp_path / "fresh.csv"
+    cols = list(COLUMNS)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, cols, extrasaction="ignore")
+        w.writeheader()
+        for r in fresh:
+            w.writerow({**r, "round_us": ";".join(map(str, r["round_us"]))})
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(PREDICTOR), str(path), "-o", str(out)]) == 0
+    assert load(out).speed_ == pytest.approx({"cpu": 0.8, "gpu": 0.9}, rel=1e-6)
+    broken = tmp_path / "broken.csv"
+    broken.write_text("pair,role\nx86-cuda,cpu\n")
+    assert main(["calibrate", str(PREDICTOR), str(broken), "-o", str(tmp_path / "x.json")]) == 1
+    assert not (tmp_path / "x.json").exists()
+    assert "missing columns" in capsys.readouterr().err
