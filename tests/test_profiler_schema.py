@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from codl_tvm.predictor.opspec import OpSpec
@@ -99,3 +100,22 @@ def test_random_specs_in_codl_ranges():
         assert 1 <= s.H <= 640 and s.flops <= 1e8 and s.KH <= 7 and s.SH <= 2
         if s.kind == "conv2d":
             assert 3 <= s.IC <= 4096 and 32 <= s.OC <= 4096
+
+
+def test_sampler_draws_channels_and_kernels_as_cnns_have_them():
+    """Regression (session 6): log-uniform channels were almost never multiples of 32, so
+    1x1 convs that run the direct NCHWc kernel never got random samples."""
+    specs = space.sample_specs(400, seed=3, max_flops=1e9, kinds=["conv2d"])
+    assert {s.kind for s in specs} == {"conv2d"}
+    lo_ic, hi_ic = space.CODL_RANGES["IC"]
+    lo_oc, hi_oc = space.CODL_RANGES["OC"]
+    assert all(lo_ic <= s.IC <= hi_ic and lo_oc <= s.OC <= hi_oc for s in specs)
+    assert np.mean([s.OC % 32 == 0 for s in specs]) >= 0.4
+    assert np.mean([s.KH in (1, 3) for s in specs]) >= 0.6
+    one_by_one_blocks = [s for s in specs if s.KH == 1 and s.OC % 32 == 0]
+    assert len(one_by_one_blocks) >= 20
+
+
+def test_sampler_refuses_unknown_kinds():
+    with pytest.raises(ValueError, match="unknown op kinds \\['conv3d'\\]"):
+        space.sample_specs(5, kinds=["conv3d"])
