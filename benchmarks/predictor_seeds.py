@@ -1,0 +1,66 @@
+"""codl's +-10% accuracy over many seeded 30% splits, and on each held-out CNN.
+
+One seeded split moves by several points when the samples file's row order changes (a merge
+reorders rows), so the headline is the mean over ``--seeds`` splits:
+
+    python benchmarks/predictor_seeds.py codl_tvm/data/samples-x86-cuda-h100.csv \
+        [--seeds 20] [--json benchmarks/results/predictor-h100-seeds.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from codl_tvm.predictor import make  # noqa: E402
+from codl_tvm.predictor.accuracy import accuracy_rows, split_models, split_rows  # noqa: E402
+from codl_tvm.profiler import read_samples  # noqa: E402
+
+HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
+
+
+def _acc(train: list[dict], test: list[dict]) -> dict[str, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pred = make("codl").fit(train)
+        rows = accuracy_rows(pred, test)
+    return {r["processor"]: r["acc10"] for r in rows if r["op"] == "all"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("samples", type=Path)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rows = read_samples(args.samples)
+    splits = [_acc(*split_rows(rows, 0.3, seed)) for seed in range(args.seeds)]
+    out = {"seeds": args.seeds, "split": {}, "held_out": {}}
+    for role in ("cpu", "gpu"):
+        vals = [s[role] for s in splits]
+        out["split"][role] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
+                              "max": float(np.max(vals)), "seed0": vals[0]}  # fmt: skip
+    for model in HELD_OUT:
+        out["held_out"][model] = _acc(*split_models(rows, [model]))
+    print("| test set | CPU acc10 | GPU acc10 |\n|---|---|---|")
+    s = out["split"]
+    print(f"| 30% split, mean of {args.seeds} seeds (min-max) | {s['cpu']['mean']:.1%} "
+          f"({s['cpu']['min']:.1%}-{s['cpu']['max']:.1%}) | {s['gpu']['mean']:.1%} "
+          f"({s['gpu']['min']:.1%}-{s['gpu']['max']:.1%}) |")
+    print(f"| 30% split, seed 0 | {s['cpu']['seed0']:.1%} | {s['gpu']['seed0']:.1%} |")
+    for model, acc in out["held_out"].items():
+        print(f"| held-out {model} | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
