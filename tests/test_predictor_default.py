@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from codl_tvm.predictor import DATA_DIR, CoDLPredictor, OpSpec, default_for, load, train
+from codl_tvm.predictor import (
+    DATA_DIR,
+    CoDLPredictor,
+    OpSpec,
+    PredictorFileError,
+    default_for,
+    load,
+    train,
+)
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.blocking import Machine, gpu_gemm, terms
 from codl_tvm.profiler import read_samples
@@ -113,3 +122,24 @@ def test_models_beyond_the_l2_predict_the_cold_cache_gemv(shipped):
     assert cold.machine_.l2_bytes == 0 and shipped.machine_.l2_bytes == l2
     assert cold.kernel_us("gpu", fc) > 1.2 * shipped.kernel_us("gpu", fc)
     assert cold.kernel_us("cpu", fc) == shipped.kernel_us("cpu", fc)
+
+
+def test_gpu_predictions_keep_the_launch_floor(shipped, rows):
+    """Regression (session 7): the GEMV model's t0 (3.8 us) put tiny GPU kernels under the
+    H100's launch floor (400x192 rows take 4.8-5.5 us). Every GPU model keeps its fastest
+    training sample as the least it predicts; CPU models keep a pure Eq. 3."""
+    gemv = [r for r in rows if r["role"] == "gpu" and r["op"] == "dense" and r["IC"] == 400]
+    key = "gpu/dense/dlight-reduction"
+    floor = shipped.floor_us_[key]
+    assert 4.4 < floor < 5.0
+    assert all(p >= floor for p in shipped.predict(gemv))
+    assert not any(k.startswith("cpu/") for k in shipped.floor_us_)
+
+
+def test_a_floor_list_that_does_not_match_the_models_is_refused(shipped, tmp_path):
+    doc = shipped.to_json()
+    doc["model"]["floor"] = doc["model"]["floor"][:-1]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PredictorFileError, match="launch floors"):
+        load(path)

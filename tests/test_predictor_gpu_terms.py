@@ -10,7 +10,12 @@ import pytest
 
 from codl_tvm import tiling
 from codl_tvm.predictor.blocking import gpu_tiled, gpu_winograd, resident_blocks
-from codl_tvm.predictor.gpu_terms import gpu_elementwise, gpu_gemv, smem_store_wavefronts
+from codl_tvm.predictor.gpu_terms import (
+    gpu_elementwise,
+    gpu_gemv,
+    gpu_pool,
+    smem_store_wavefronts,
+)
 from codl_tvm.predictor.mirror import Machine, conv_shape, gpu_plan
 from codl_tvm.predictor.opspec import OpSpec
 
@@ -120,3 +125,17 @@ def test_elementwise_bytes_count_only_beyond_half_the_l2():
     assert waves == 1 and moved == 0
     waves, moved = gpu_elementwise(big, H100)
     assert waves == math.ceil(512 * 512 * 64 / (2048 * H100.sms)) and moved == 2 * 512**2 * 64 * 4
+
+
+def test_pool_bytes_take_a_second_slope_beyond_half_the_l2():
+    """Regression (session 7): H100 pools turn slower per byte once input + output pass half
+    the L2 (81x81x1262 s2 avg pool: 9.8 us at 631 channels, 15 us at 883); below that the
+    beyond-L2 terms are zero, above they repeat the read and written bytes."""
+
+    def pool(c: int) -> OpSpec:
+        return OpSpec("pool_avg", 81, 81, c, c, 2, 2, 2, 2, (0, 0, 0, 0), 1, 1)
+
+    *_, read, written = gpu_pool(pool(631), H100)  # 16.6 + 4 MB
+    assert read == written == 0
+    _, r, w, read, written = gpu_pool(pool(883), H100)  # 23.2 + 5.7 MB
+    assert read == r == 81 * 81 * 883 * 4 and written == w == 40 * 40 * 883 * 4

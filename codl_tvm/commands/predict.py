@@ -1,4 +1,4 @@
-"""``codl-tvm profile``, ``train``, ``report`` and ``calibrate`` (library: profiler and predictor)."""
+"""``codl-tvm profile``, ``train``, ``report``, ``calibrate`` (library: profiler, predictor)."""
 
 from __future__ import annotations
 

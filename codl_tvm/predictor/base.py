@@ -49,7 +49,8 @@ def round_floats(v: Any, digits: int = 5) -> Any:
     if isinstance(v, (list, tuple)):
         return [round_floats(x, digits) for x in v]
     if isinstance(v, float):
-        return float(f"{v:.{digits}g}")
+        r = float(f"{v:.{digits}g}")
+        return int(r) if r.is_integer() and abs(r) < 1e15 else r  # "0", not "0.0": 2 KB files
     return v
 
 

@@ -83,6 +83,16 @@ class CoDLPredictor(BasePredictor):
         change of pools, elementwise ops and GEMV). None: learned from the samples, the
         candidate of :data:`STREAM_CANDIDATES_BYTES` whose fit puts most training samples
         within +-10%; 0: the Sapphire Rapids rule (L2 of cores / 2 physical cores).
+
+    Attributes
+    ----------
+    t_ : dict
+        Learned unit times per model key (``t0`` first, then one per blocking term).
+    floor_us_ : dict
+        Per GPU model key, its fastest training sample: the least it predicts (the launch
+        floor, see :data:`FLOOR_FAMILIES`).
+    machine_ : Machine
+        Cores, SIMD lanes, SMs and cache limits the terms are computed for.
     """
 
     kind = "codl"
@@ -115,6 +125,8 @@ class CoDLPredictor(BasePredictor):
                 blk = [int(np.median([rows[i][c] for i in idx])) for c in cols]
                 a = np.array([recorded_terms(subs[i], *blk) for i in idx])
                 self.t_[key] = {"b": blk, "t": _fit(a, y[idx], self.irls_iters)}
+        self.floor_us_ = {key: float(f"{y[idx].min():.3g}") for key, idx in groups.items()
+                          if self.family_[key.split("/")[0]] in FLOOR_FAMILIES}  # fmt: skip
         self._index()
 
     def _fit_group(self, fam: str, algo: str, subs: list[OpSpec], y: np.ndarray) -> list[float]:
@@ -209,7 +221,7 @@ class CoDLPredictor(BasePredictor):
             t = t["t"]
         else:
             x = terms(self.family_[role], sub, self.machine_, key.split("/")[2])
-        return max(sum(c * v for c, v in zip(t, x, strict=False)), 1e-3)
+        return max(sum(c * v for c, v in zip(t, x, strict=False)), self.floor_us_.get(key, 1e-3))
 
     def _warn_fallback(self, key: str, other: str) -> None:
         # samples of kernels the mirror does not know (other schedules): by design, no warning
@@ -231,6 +243,8 @@ class CoDLPredictor(BasePredictor):
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
             "family": self.family_,
             "t": self.t_,
+            # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
+            "floor": [self.floor_us_[k] for k in sorted(self.t_) if k in self.floor_us_],
         }
 
     def _load_model(self, doc: dict[str, Any]) -> None:
@@ -239,8 +253,20 @@ class CoDLPredictor(BasePredictor):
                                 cpu_stream_bytes=int(stream[0]) if stream else 0)
         self.family_ = doc["family"]
         self.t_ = {_current_key(k, v, self.family_): v for k, v in doc["t"].items()}
+        floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
+        floors = doc.get("floor", [])  # files before session 7: no floors
+        if floors and len(floors) != len(floored):
+            raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
+        self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
 
+
+# Families whose kernels have a launch floor: no GPU kernel returns faster than its launch and
+# completion (4.5 us on the H100 machine), while the linear terms of a tiny kernel sum to less
+# (the GEMV model's t0 is 3.8 us; its 400x192 rows take 4.8-5.5 us). A prediction is at least
+# the fastest training sample of its model. CPU kernels gain nothing from it (their smallest,
+# a fork-join of 3-8 us, are fitted), so they keep a pure Eq. 3.
+FLOOR_FAMILIES = frozenset({"gpu"})
 
 # candidate limits of a streamed CPU pass: 256 KB (one small L2) to 256 MB (beyond any L3)
 STREAM_CANDIDATES_BYTES = tuple(int(mb * (1 << 20)) for mb in (

@@ -163,10 +163,16 @@ def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
 
 def gpu_pool(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback pool: one output per thread, the window unrolled (nvcc issues all its
-    loads at once: SASS of the k3s2 max pool). Waves x window, the input bytes, and the output
-    bytes (the TIR keeps the accumulator in global memory: stored, reloaded, stored)."""
-    return [float(_fallback_waves(s, m) * s.reduction), s.IC * s.H * s.W * 4.0,
-            s.out_elems * 4.0]  # fmt: skip
+    loads at once: SASS of the k3s2 max pool). Waves x window, the input bytes, the output
+    bytes (the TIR keeps the accumulator in global memory: stored, reloaded, stored), and both
+    again once input + output pass half the L2 and no longer stay in it between calls (as
+    :func:`gpu_elementwise`). H100 avg pools turn there: 81x81x1262 s2 takes 9.8 us at 631
+    channels (20 MB moved) and 15 us at 883 (29 MB); 190x190x372 k3s2 10.8 us at 112 channels
+    (20 MB) and 19.8 us at 186 (33 MB); one slope for all sizes missed them by 1.3-1.6x."""
+    read, written = s.IC * s.H * s.W * 4.0, s.out_elems * 4.0
+    beyond = read + written > m.l2_bytes // 2
+    return [float(_fallback_waves(s, m) * s.reduction), read, written, read * beyond,
+            written * beyond]  # fmt: skip
 
 
 def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
