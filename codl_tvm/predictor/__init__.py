@@ -68,7 +68,8 @@ def train(
         predictor.trained_on_ = {
             "samples": Path(samples).name,
             "rows": len(rows),
-            "command": f"codl-tvm train {Path(samples).name} --kind {kind}",
+            "command": f"codl-tvm train {Path(samples).name}"
+            + (f" --kind {kind}" if kind != "codl" else ""),
         }
     if output is not None:
         predictor.save(output)
