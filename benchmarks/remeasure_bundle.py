@@ -65,16 +65,19 @@ def merge(args: argparse.Namespace) -> int:
         old = list(reader)
     with open(args.new, newline="") as f:
         added = list(csv.DictReader(f))
-    fresh = {row_key(r) for r in added}
-    kept = [r for r in old if row_key(r) not in fresh]
+    fresh = {row_key(r): r for r in added}
+    # a new row takes its old row's place: seeded splits of the file keep their membership,
+    # so accuracy before and after a re-measure compares the same test rows
+    merged = [fresh.pop(row_key(r), r) for r in old]
+    replaced = len(added) - len(fresh)
     tmp = Path(args.output).with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
-        w.writerows(kept + added)
+        w.writerows(merged + list(fresh.values()))
     read_samples(tmp)  # the merged file must load before it replaces anything
     tmp.replace(args.output)
-    print(f"{len(old) - len(kept)} rows replaced by {len(added)} new ones -> {args.output}")
+    print(f"{replaced} rows replaced in place, {len(fresh)} added -> {args.output}")
     return 0
 
 

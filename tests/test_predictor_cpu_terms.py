@@ -99,8 +99,8 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
 def test_winograd_weight_panel_beyond_l1() -> None:
     small, big = op("conv2d", 28, 28, 64, 128, 3), op("conv2d", 28, 28, 512, 512, 3)
     assert kernel("cpu", big, M).algorithm == "winograd-2x2-3x3"
-    assert blocking.cpu_winograd(small, M)[-2] == 0.0  # 64 x 32 floats: 8 KB
-    assert blocking.cpu_winograd(big, M)[-2] > 0.0  # 512 x 32 floats: 64 KB
+    assert blocking.cpu_winograd(small, M)[-1] == 0.0  # 64 x 32 floats: 8 KB
+    assert blocking.cpu_winograd(big, M)[-1] > 0.0  # 512 x 32 floats: 64 KB
 
 
 def test_gemm_task_waves_are_the_mirrors_blocks() -> None:
@@ -134,24 +134,24 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
-    # session 7 (Winograd input-transform L1 set conflicts): 74.2%; the floors sit ~4 points under
+    # session 7 (Winograd re-measured after its V planes were skewed): 73.9%; floors ~4 under
     assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.70
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.52), ("VGG-16", 0.75), ("POSENET", 0.72)])
+                         [("YOLO-V2", 0.52), ("VGG-16", 0.73), ("POSENET", 0.72)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
 
 def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%; session 7 (pool bytes beyond
-    # half the L2, launch floors): 82.7%
-    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.78
+    # half the L2, launch floors, odd output planes): 83.5%
+    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.80
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.64), ("VGG-16", 0.88), ("POSENET", 0.79)])
+                         [("YOLO-V2", 0.69), ("VGG-16", 0.88), ("POSENET", 0.79)])
 def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 
@@ -242,24 +242,13 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
     assert old.kernel_us("cpu", s) == pytest.approx(new.kernel_us("cpu", s))
 
 
-@pytest.mark.parametrize(("sub_h", "conflict"), [
-    (6, True), (8, False), (10, True), (12, False), (16, True), (18, False), (30, True),
-    (32, False),  # 19 tile blocks of 14: an odd count, the planes alternate between two sets
-    (15, False),  # 112 tiles = 8 blocks exactly: no bounds test, vectorized stores
-])  # fmt: skip
-def test_winograd_input_transform_stores_conflict_in_one_l1_set(sub_h: int, conflict: bool
-                                                                 ) -> None:
-    """Regression (session 7): POSENET's 32x32 256->128 H parts are 1.5x slower at 6-7,
-    10-11, 16-17, ... rows (lease D probe). The 16 scalar stores per tile land one V plane
-    apart; an even number of 14-tile blocks makes that a multiple of the L1 set span."""
-    part = OpSpec("conv2d", sub_h, 32, 256, 128, 3, 3, 1, 1, (0 if sub_h < 32 else 1, 1, 1, 1),
-                  1, 1)  # fmt: skip
-    assert kernel("cpu", part, M).algorithm == "winograd-2x2-3x3"
-    assert (blocking.cpu_winograd(part, M)[-1] > 0) == conflict
-
-
-def test_l1_set_conflict_needs_more_lines_than_ways() -> None:
-    span = blocking.CPU_L1_BYTES // blocking.CPU_L1_WAYS
-    assert blocking.l1_set_conflict(35 * span, 16)  # one set, 16 lines > 12 ways
-    assert not blocking.l1_set_conflict(35 * span, 12)
-    assert not blocking.l1_set_conflict(35 * span + span // 2, 16)  # two sets of 8
+def test_winograd_samples_have_no_plane_conflict_staircase(rows) -> None:
+    """Regression (session 7): with the V planes skewed off the L1 set span, POSENET's
+    32x32 256->128 H parts grow with their rows (session 6's kernel: 535 / 820 / 664 / 1381 /
+    893 us for 11 / 17 / 23 / 30 / 32 rows, the 17- and 30-row parts 1.5x slow)."""
+    parts = sorted((r["sub_H"], r["latency_us"]) for r in rows
+                   if r["role"] == "cpu" and r["algorithm"] == "winograd-2x2-3x3"
+                   and (r["H"], r["IC"], r["OC"], r["dim"]) == (32, 256, 128, "H"))  # fmt: skip
+    assert len(parts) >= 4
+    us = [u for _, u in parts]
+    assert all(b >= 0.9 * a for a, b in zip(us, us[1:], strict=False)), parts

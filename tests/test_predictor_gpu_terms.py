@@ -139,3 +139,15 @@ def test_pool_bytes_take_a_second_slope_beyond_half_the_l2():
     assert read == written == 0
     _, r, w, read, written = gpu_pool(pool(883), H100)  # 23.2 + 5.7 MB
     assert read == r == 81 * 81 * 883 * 4 and written == w == 40 * 40 * 883 * 4
+
+
+def test_tiled_outputs_of_odd_planes_have_their_own_unit():
+    """Regression (session 7): a 1266-channel output of 53x53 pixels took 21.9 us on the H100,
+    one of 52x53 13.7 us (same kernel, same tiles, same SASS stores); the written elements
+    of odd-length planes count in their own term."""
+    odd = OpSpec("conv2d", 104, 104, 3, 1266, 2, 2, 2, 2, (1, 1, 1, 1), 1, 1)
+    even = OpSpec("conv2d", 102, 104, 3, 1266, 2, 2, 2, 2, (1, 1, 1, 1), 1, 1)
+    t_odd, t_even = gpu_tiled(odd, H100), gpu_tiled(even, H100)
+    assert len(t_odd) == len(t_even)
+    i = next(i for i, (a, b) in enumerate(zip(t_odd, t_even, strict=True)) if a == 0 < b)
+    assert t_even[i] == 1266 * 52 * 53 and t_odd[i + 1] == 1266 * 53 * 53 and t_even[i + 1] == 0

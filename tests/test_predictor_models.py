@@ -167,3 +167,13 @@ def test_report_function_survives_importing_its_module():
     import codl_tvm.predictor.accuracy  # noqa: F401
 
     assert callable(predictor.report)
+
+
+def test_compact_json_is_json_with_short_exponents():
+    """The 2 KB budget counts bytes: exponents lose their zero padding, values stay exact."""
+    from codl_tvm.predictor.base import compact_json
+
+    doc = {"t": [8.481e-05, 1.0, 0, 2.5e20, -3e-7], "s": "e-05 stays", "n": None}
+    text = compact_json(doc)
+    assert "e-05" not in text.replace('"e-05 stays"', "") and "8.481e-5" in text
+    assert json.loads(text) == doc and " " not in text.replace("e-05 stays", "")

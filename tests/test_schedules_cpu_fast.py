@@ -150,3 +150,15 @@ def test_unpack_reads_each_packed_row_once(x, w, algorithm):
     assert [int(lp.extent) for lp in loops] == [-(-oc // ocb) * oh, ocb, ow]
     assert loops[0].kind == tvm.tirx.ForKind.PARALLEL
     assert T.check_cpu(func, AVX512) <= TOL
+
+
+def test_winograd_v_planes_are_skewed_off_the_l1_set_span():
+    """Regression (session 7): POSENET's 32x32 256->128 parts of 16 rows store V planes
+    143360 B (35 x 4 KiB) apart, all 16 stores of a tile in one L1 set. The schedule aligns
+    the plane stride one cache line past a multiple of 4 KiB; the result stays exact."""
+    func = T.conv2d_func((1, 256, 16, 32), (128, 256, 3, 3), padding=(0, 1, 1, 1))
+    new, _ = _apply(func, "winograd", AVX512)
+    # the V block carries the stride rule: [buffer, axis, factor, offset]
+    assert '"buffer_dim_align": [[0, 1, 1024, 16]]' in new.script()
+    small = T.conv2d_func((1, 64, 8, 12), (32, 64, 3, 3), padding=(0, 1, 1, 1))
+    assert _err(small, "winograd", AVX512) <= TOL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,21 @@ def round_floats(v: Any, digits: int = 5) -> Any:
         r = float(f"{v:.{digits}g}")
         return int(r) if r.is_integer() and abs(r) < 1e15 else r  # "0", not "0.0": 2 KB files
     return v
+
+
+_EXPONENT_ZEROS = re.compile(r"e([+-])0+(\d)")
+
+
+def compact_json(v: Any) -> str:
+    """JSON without spaces and with short exponents (``8.5e-5``, not ``8.5e-05``): what a
+    predictor file is, and what its ``size_bytes`` counts."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{compact_json(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(compact_json(x) for x in v) + "]"
+    if isinstance(v, float):
+        return _EXPONENT_ZEROS.sub(r"e\1\2", json.dumps(v))
+    return json.dumps(v)
 
 
 class BasePredictor(BaseEstimator, RegressorMixin):
@@ -226,10 +242,10 @@ class BasePredictor(BaseEstimator, RegressorMixin):
     @property
     def size_bytes(self) -> int:
         """Bytes of the compact JSON document (all the predictor is)."""
-        return len(json.dumps(self.to_json(), separators=(",", ":")))
+        return len(compact_json(self.to_json()))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
+        Path(path).write_text(compact_json(self.to_json()))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BasePredictor:

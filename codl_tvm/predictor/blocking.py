@@ -59,8 +59,6 @@ __all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "te
 # CPU caches (Intel Sapphire Rapids, Intel 64 and IA-32 Architectures Optimization Reference
 # Manual, Golden Cove: 48 KiB L1D and 2 MiB L2 per core, each core two hyperthreads).
 CPU_L1_BYTES = 48 << 10
-CPU_L1_WAYS = 12
-CPU_LINE_BYTES = 64
 CPU_L2_BYTES_PER_CORE = 2 << 20
 CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
 
@@ -145,32 +143,16 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     ]
 
 
-def l1_set_conflict(stride_bytes: int, lines: int) -> bool:
-    """Whether ``lines`` cache lines ``stride_bytes`` apart, used in turn, overflow the ways of
-    the L1 sets they map to (so each use misses)."""
-    span = CPU_L1_BYTES // CPU_L1_WAYS  # bytes between addresses of the same set
-    sets = len({(k * stride_bytes % span) // CPU_LINE_BYTES for k in range(lines)})
-    return lines / sets > CPU_L1_WAYS
-
-
 def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     """winograd-2x2-3x3: 16 x OC blocks x tile blocks GEMM tasks of IC x pt x ocb/lanes
-    vector FMAs; input, weight (every call) and output transforms as parallel passes.
-
-    The input transform writes ``V[16][IC][P']`` (P' = tiles padded to whole register tiles):
-    per tile, 16 scalar stores one plane (IC x P' floats) apart. When P' != P the bounds test
-    stays in the loop and it is not vectorized (the kernel's assembly), and when a plane's
-    size is a multiple of the L1's set span all 16 stores land in one 12-way set: each misses.
-    That is POSENET's 32x32 256->128 staircase (H parts of 6-7, 10-11, 16-17, ... rows 1.5x
-    slower than their neighbours: an even number of 14-tile blocks makes 256 x P' x 4 bytes
-    a multiple of 4 KiB); P' = P (no bounds test, vector stores) escapes it."""
+    vector FMAs; input, weight (every call) and output transforms as parallel passes. (The
+    input transform's 16 stores per tile no longer conflict in one L1 set: the schedule skews
+    V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``.)"""
     c = conv_shape(s)
     ocb, pt = tiling.winograd_tiles(c, m)
     th, tw = tiling.winograd_grid(c)
     pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
     waves = _cdiv(16 * ocp * pp, m.cores)
-    scalar_v = pp * pt != th * tw
-    conflict = scalar_v and l1_set_conflict(s.IC * pp * pt * 4, 16)
     return [
         waves * s.IC * pt * vecs,  # FMAs on the critical core
         waves * pt * vecs,  # accumulator init + write-back per task
@@ -179,7 +161,6 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
         # weight vector loads once a task's IC x ocb weight panel spills L1 (as cpu_conv)
         waves * s.IC * vecs * _over_l1(s.IC * ocb * 4),
-        16 * s.IC * pp * pt / m.cores * conflict,  # input-transform stores missing L1
     ]
 
 

@@ -34,6 +34,10 @@ from .target_info import TargetInfo
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 AT = ((1, 1, 1, 0), (0, 1, -1, -1))
+# V's plane stride: one 64-byte line past a multiple of 4 KiB (the L1 set span of x86 cores
+# since Nehalem: 32 KiB / 8 ways, 48 KiB / 12 ways), so 16 planes use 16 different sets
+V_PLANE_ALIGN_FLOATS = 1024
+V_PLANE_SKEW_FLOATS = 16
 
 
 def applies(c: Conv2DInfo) -> bool:
@@ -171,6 +175,12 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     sch.vectorize(sch.get_loops(sch.get_sblock("codl_wino_gemm_init"))[-1])
     sch.vectorize(sch.get_loops(acc)[-1])
     _transform(sch, "codl_wino_v", order=(0, 2, 3, 1), n_par=2, unroll=(1,), vec=None)
+    # The input transform stores a tile's 16 values one V plane (IC x P' floats) apart. A
+    # plane that is a multiple of the L1's set span (4 KiB) put all 16 lines in one 12-way
+    # set, so every store missed: parts 1.5x slower than their neighbours on the H100 host
+    # (PREDICTOR.md, session 7). One cache line more per plane spreads them over 16 sets.
+    sch.storage_align(sch.get_sblock("codl_wino_v"), 0, axis=1, factor=V_PLANE_ALIGN_FLOATS,
+                      offset=V_PLANE_SKEW_FLOATS)  # fmt: skip
     # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors
     _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
     _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)

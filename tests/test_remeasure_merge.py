@@ -1,0 +1,42 @@
+"""benchmarks/remeasure_bundle.py merge: re-measured rows replace theirs in place."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+from codl_tvm.predictor import DATA_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("remeasure_bundle",
+                                               ROOT / "benchmarks" / "remeasure_bundle.py")
+remeasure = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(remeasure)
+
+
+def _write(path: Path, rows: list[dict], columns: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_merge_replaces_rows_in_place_and_appends_new_ones(tmp_path):
+    """Regression (session 7): merged rows went to the end of the file, which reshuffled every
+    seeded split; a re-measure must leave the other rows where they were."""
+    with open(DATA_DIR / "samples-x86-cuda-h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        columns, rows = list(reader.fieldnames), [r for _, r in zip(range(12), reader)]
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    _write(old, rows[:10], columns)
+    changed = [dict(rows[i], latency_us="123.0") for i in (3, 7)]
+    _write(new, [*changed, rows[11]], columns)
+    out = tmp_path / "merged.csv"
+    assert remeasure.main(["merge", str(old), str(new), "-o", str(out)]) == 0
+    with open(out, newline="") as f:
+        merged = list(csv.DictReader(f))
+    assert len(merged) == 11
+    assert [r["latency_us"] for r in merged[:10]] == [
+        "123.0" if i in (3, 7) else rows[i]["latency_us"] for i in range(10)]
+    assert merged[10]["latency_us"] == rows[11]["latency_us"]
