@@ -146,12 +146,12 @@ def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
 
 def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%; session 7 (pool bytes beyond
-    # half the L2, launch floors, odd output planes): 83.5%
+    # half the L2, launch floors, odd output planes outside split-K): 83.8%
     assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.80
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.69), ("VGG-16", 0.88), ("POSENET", 0.79)])
+                         [("YOLO-V2", 0.74), ("VGG-16", 0.88), ("POSENET", 0.81)])
 def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 

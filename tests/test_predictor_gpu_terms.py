@@ -151,3 +151,17 @@ def test_tiled_outputs_of_odd_planes_have_their_own_unit():
     assert len(t_odd) == len(t_even)
     i = next(i for i, (a, b) in enumerate(zip(t_odd, t_even, strict=True)) if a == 0 < b)
     assert t_even[i] == 1266 * 52 * 53 and t_odd[i + 1] == 1266 * 53 * 53 and t_even[i + 1] == 0
+
+
+def test_split_k_partials_are_aligned_whatever_the_plane():
+    """Regression (session 7): split-K's pass 1 writes its partial sums to planes padded to
+    whole pixel tiles (YOLO-V2 13x13: stride 192, not 169) and pass 2 writes one output element
+    per thread, so an odd output plane costs split-K nothing extra. Counting its partials as
+    odd-plane writes fitted that unit on tiny random convs and put held-out YOLO-V2's 13x13
+    split-K rows 1.6-2.3x too slow."""
+    s = OpSpec("conv2d", 13, 13, 1024, 512, 1, 1, 1, 1, (0, 0, 0, 0), 1, 1)
+    row, split, _ = gpu_plan(s, H100, tiling.DEFAULT_VARIANT)
+    assert split > 1
+    t = gpu_tiled(s, H100)
+    blocks = math.ceil(512 / row.tile.bm) * math.ceil(169 / row.tile.bn) * split
+    assert t[3] == blocks * row.tile.bm * row.tile.bn and t[4] == 0

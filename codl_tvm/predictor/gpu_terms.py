@@ -104,9 +104,12 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
         # outputs / partial sums written, apart for output planes of odd length: a plane
         # that starts off a 32-byte sector costs more per element (H100, one device call:
         # 1266 planes of 53x53 21.9 us, 52x53 13.7, 52x52 11.6; SASS has the same scalar
-        # STG.E stores for both, so it is the memory system's, not the instructions')
-        float(written) * (pixels % 2 == 0),
-        float(written) * (pixels % 2 == 1),
+        # STG.E stores for both, so it is the memory system's, not the instructions'). Only
+        # split == 1 writes output planes from the tile epilogue: split-K's pass 1 writes
+        # its partials to planes padded to whole pixel tiles (``np_``, YOLO 13x13: 192
+        # floats, sector-aligned) and pass 2 one output element per thread, coalesced
+        float(written) * (split > 1 or pixels % 2 == 0),
+        float(written) * (split == 1 and pixels % 2 == 1),
         float(s.OC * pixels * split) if split > 1 else 0.0,  # sum pass reads
         float(split > 1),  # second launch
         float(split) if split > 1 else 0.0,  # sum pass: S dependent loads per thread
