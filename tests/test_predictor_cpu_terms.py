@@ -134,12 +134,13 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
-    # session 7 (Winograd re-measured after its V planes were skewed): 73.9%; floors ~4 under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.70
+    # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
+    # 75.9%; the floors sit ~4 points under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.72
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.52), ("VGG-16", 0.73), ("POSENET", 0.72)])
+                         [("YOLO-V2", 0.54), ("VGG-16", 0.77), ("POSENET", 0.76)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
@@ -252,3 +253,25 @@ def test_winograd_samples_have_no_plane_conflict_staircase(rows) -> None:
     assert len(parts) >= 4
     us = [u for _, u in parts]
     assert all(b >= 0.9 * a for a, b in zip(us, us[1:], strict=False)), parts
+
+
+@pytest.mark.parametrize(("k", "stride", "oc", "spills"), [
+    (3, 2, 214, True),  # the random 47x47 34->214 k3 s2 op: 21 stack stores per (rc, ry) step
+    (3, 1, 64, True),  # two-vector 14-column tiles of 3x3 convs
+    (5, 2, 64, True),
+    (2, 2, 64, False),  # k2: unrolled without reusing broadcasts
+    (7, 1, 128, False),  # POSENET's k7: not unrolled at two vectors
+    (3, 1, 16, False),  # one vector: registers to spare
+    (4, 2, 16, True),  # one vector, stride 2, KW >= 4
+])  # fmt: skip
+def test_direct_conv_spills_where_the_assembly_does(k: int, stride: int, oc: int, spills: bool
+                                                    ) -> None:
+    """Regression (session 7): the hot loop's register spills, read off the Sapphire Rapids
+    assembly of the direct kernel, set a per-(IC, KH)-step term; without it 47x47 34->214 k3s2
+    ran at 0.85x the model and POSENET's k7 at 1.2-1.3x."""
+    conv = OpSpec("conv2d", 47, 47, 34, oc, k, k, stride, stride, (k // 2,) * 4, 1, 1)
+    assert kernel("cpu", conv, M).algorithm == "direct-nchwc"
+    vecs = 2 if oc > M.lanes else 1
+    xt = min((M.vector_regs - vecs - 2) // vecs, 14, conv.out_w)
+    assert blocking.conv_spills(conv, M, vecs, xt) == spills
+    assert (blocking.cpu_conv(conv, M)[1] > 0) == spills

@@ -98,9 +98,24 @@ def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
     return (s.out_h - 1) * s.SH + (s.KH - 1) * d + 1, (out_w - 1) * s.SW + (s.KW - 1) * d + 1
 
 
+def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
+    """Whether the direct conv's hot loop spills registers to the stack (see :func:`cpu_conv`).
+
+    From the Sapphire Rapids assembly of KW 2..7, SW 1..2, one or two vectors, xt 3..14: the
+    register file is full with a two-vector 14-column tile (28 accumulators + 2 weights + a
+    broadcast: 31 of 32 zmm); even KW at stride 1 unrolls without reusing broadcasts, and
+    KW >= 6 is not unrolled at two vectors. One-vector tiles spill at stride 2 from KW 4."""
+    full = xt * vecs + vecs + 1 >= m.vector_regs - 1
+    odd_or_strided = s.KW % 2 == 1 or s.SW > 1
+    return (full and 3 <= s.KW <= 5 and odd_or_strided) or (
+        vecs == 1 and xt == 14 and s.SW == 2 and s.KW >= 4)
+
+
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
-    per (x_tile x ocb/lanes) register tile; plus pad, weight-pack and unpack passes."""
+    per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
+    spills (:func:`conv_spills`); plus pad, weight-pack and unpack passes. (The accumulator
+    init and write-back per task fitted to nothing beside the spills.)"""
     vecs = 2 if s.OC > m.lanes else 1
     ocb = m.lanes * vecs
     xt = max(1, min((m.vector_regs - vecs - 2) // vecs, 14, s.out_w))
@@ -111,7 +126,11 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     red = s.reduction
     return [
         waves * red * xt * vecs,  # FMAs on the critical core
-        waves * xt * vecs,  # accumulator init + write-back per task
+        # register spills: LLVM fully unrolls the rx loop of a 3..5-wide window and keeps the
+        # broadcast inputs the rx steps share (column x*SW + rx); with the register file
+        # full it spills accumulators and broadcasts: ~20-30 stack stores + reloads per
+        # (rc, ry) step of 84-140 FMAs (47x47 34->214 k3s2 ran 0.85x the model without this)
+        waves * s.IC * s.KH * conv_spills(s, m, vecs, xt),
         s.IC * hp * wp / m.cores,  # padded input copy
         ocp * ocb * red / m.cores,  # weight pack (every call)
         s.out_elems / m.cores,  # unpack
