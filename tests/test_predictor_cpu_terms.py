@@ -135,24 +135,25 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
     # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
-    # 75.9%; the floors sit ~4 points under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.72
+    # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; floors ~4 points under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.67
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.54), ("VGG-16", 0.77), ("POSENET", 0.76)])
+                         [("YOLO-V2", 0.63), ("VGG-16", 0.77), ("POSENET", 0.76)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
 
 def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%; session 7 (pool bytes beyond
-    # half the L2, launch floors, odd output planes outside split-K): 83.8%
-    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.80
+    # half the L2, launch floors, odd output planes outside split-K): 83.8%; 85.9% with the
+    # random 1x1 rows
+    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.82
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.74), ("VGG-16", 0.88), ("POSENET", 0.81)])
+                         [("YOLO-V2", 0.77), ("VGG-16", 0.88), ("POSENET", 0.84)])
 def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 

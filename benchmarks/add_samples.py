@@ -1,0 +1,89 @@
+"""Add samples measured on another lease of the target to a samples file, net of that lease's
+speed.
+
+The H100 machine's CPU runs up to 1.7x apart from lease to lease (PREDICTOR.md, session 6), so
+new rows measured on another lease are only comparable with a control group measured in the
+same call: rows of the file itself, re-measured, labelled ``model = control``. Each
+processor's median ratio new / file over its controls is the lease's speed; the new rows'
+times (``latency_us``, ``median_us``, ``spread_us``, every visit of ``round_us``) are divided
+by it, the controls are dropped, and the rows are appended:
+
+    python benchmarks/add_samples.py codl_tvm/data/samples-x86-cuda-h100.csv new.csv \
+        -o codl_tvm/data/samples-x86-cuda-h100.csv [--json speed.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.schema import row_key  # noqa: E402
+
+MIN_CONTROLS = 20  # per processor: a median over fewer rows moves by several percent
+TIME_COLUMNS = ("latency_us", "median_us", "spread_us")
+
+
+def lease_speed(samples: Path, new: Path) -> dict[str, dict[str, float]]:
+    """Per processor: median, quartiles and count of new / file latency over the controls."""
+    old = {row_key(r): r["latency_us"] for r in read_samples(samples)}
+    ratios: dict[str, list[float]] = {}
+    for r in read_samples(new):
+        if r["model"] == "control" and row_key(r) in old:
+            ratios.setdefault(r["role"], []).append(r["latency_us"] / old[row_key(r)])
+    out = {}
+    for role, v in ratios.items():
+        q25, med, q75 = np.percentile(v, [25, 50, 75])
+        out[role] = {"median": float(med), "q25": float(q25), "q75": float(q75), "n": len(v)}
+    return out
+
+
+def _scaled(row: dict[str, str], factor: float) -> dict[str, str]:
+    out = dict(row)
+    for col in TIME_COLUMNS:
+        out[col] = f"{float(row[col]) / factor:.3f}"
+    if row.get("round_us"):
+        out["round_us"] = ";".join(f"{float(v) / factor:.3f}" for v in row["round_us"].split(";"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("samples", type=Path)
+    ap.add_argument("new", type=Path)
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    ap.add_argument("--json", type=Path, help="write the lease's speed per processor here")
+    args = ap.parse_args(argv)
+    speed = lease_speed(args.samples, args.new)
+    with open(args.new, newline="") as f:
+        added = [r for r in csv.DictReader(f) if r["model"] != "control"]
+    roles = {r["role"] for r in added}
+    short = sorted(r for r in roles if speed.get(r, {}).get("n", 0) < MIN_CONTROLS)
+    if short:
+        raise SystemExit(f"{args.new}: fewer than {MIN_CONTROLS} control rows on {short}; "
+                         "measure rows of the samples file with model=control in the same call")
+    with open(args.samples, newline="") as f:
+        reader = csv.DictReader(f)
+        columns, old = reader.fieldnames, list(reader)
+    tmp = args.output.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(old + [_scaled(r, speed[r["role"]]["median"]) for r in added])
+    read_samples(tmp)  # the result must load before it replaces anything
+    tmp.replace(args.output)
+    if args.json:
+        args.json.write_text(json.dumps(speed, indent=1))
+    print(json.dumps({"added": len(added), "speed": speed}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
