@@ -12,7 +12,8 @@ from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("add_samples", ROOT / "benchmarks" / "add_samples.py")
+_spec = importlib.util.spec_from_file_location("add_samples",
+                                               ROOT / "benchmarks" / "add_samples.py")
 add_samples = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(add_samples)
 
