@@ -147,13 +147,13 @@ def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
 
 def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%; session 7 (pool bytes beyond
-    # half the L2, launch floors, odd output planes outside split-K): 83.8%; 85.9% with the
-    # random 1x1 rows
-    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.82
+    # half the L2, launch floors, odd output planes outside split-K): 83.8%; with the random
+    # 1x1 rows, nvcc's GEMV unrolling and the pools' DRAM share: 88.2%
+    assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.84
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.77), ("VGG-16", 0.88), ("POSENET", 0.84)])
+                         [("YOLO-V2", 0.78), ("VGG-16", 0.90), ("POSENET", 0.86)])
 def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model]), role="gpu") >= floor
 

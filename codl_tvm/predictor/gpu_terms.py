@@ -173,14 +173,20 @@ def gpu_pool(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback pool: one output per thread, the window unrolled (nvcc issues all its
     loads at once: SASS of the k3s2 max pool). Waves x window, the input bytes, the output
     bytes (the TIR keeps the accumulator in global memory: stored, reloaded, stored), and both
-    again once input + output pass half the L2 and no longer stay in it between calls (as
-    :func:`gpu_elementwise`). H100 avg pools turn there: 81x81x1262 s2 takes 9.8 us at 631
-    channels (20 MB moved) and 15 us at 883 (29 MB); 190x190x372 k3s2 10.8 us at 112 channels
-    (20 MB) and 19.8 us at 186 (33 MB); one slope for all sizes missed them by 1.3-1.6x."""
+    again for the share of the footprint beyond ~40% of the L2 (21 MB on the H100): bytes
+    past that come from DRAM, so the DRAM share is ``1 - 0.4 * L2 / footprint`` (a hinge in
+    the bytes, not a step: the H100 sweep of 81x81 k2s2 pools at 500-1000 channels turns
+    gradually from ~20 MB moved). An avg pool is two kernels (the sum into a workspace, then
+    ``main_kernel_1`` divides it into the output): its footprint is the input, the workspace
+    and the output."""
     read, written = s.IC * s.H * s.W * 4.0, s.out_elems * 4.0
-    beyond = read + written > m.l2_bytes // 2
+    footprint = read + written * (2 if s.kind == "pool_avg" else 1)
+    beyond = max(0.0, 1.0 - POOL_L2_SHARE * m.l2_bytes / max(footprint, 1.0))
     return [float(_fallback_waves(s, m) * s.reduction), read, written, read * beyond,
             written * beyond]  # fmt: skip
+
+
+POOL_L2_SHARE = 0.4  # of the L2 that a pool's footprint can use before it streams from DRAM
 
 
 def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
@@ -199,20 +205,25 @@ SECTOR_BYTES = 32  # the unit of a GPU global-memory load
 
 def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
     """DLight Reduction of a batch-1 dense ``x[1, K] @ W[K, N]``: blocks of ``tx`` output
-    columns x 16 threads splitting K, each thread a serial loop of K/16 steps, then a
+    columns x 16 threads splitting K, each thread a serial loop of n = K/16 steps, then a
     cross-thread sum. Terms: the loop steps of the critical SM's resident blocks; the weight
     bytes the loads fetch (a row of ``tx`` columns still costs whole 32-byte sectors: a prime
     N gets ``tx = 1`` and 8x the traffic), from L2 or from memory; the steps again once the
-    weight is beyond the L2 (each step then waits on memory); and the steps again for a K
-    that is not a multiple of 16: the generated loop keeps its bounds check, so nvcc cannot
-    batch the guarded loads and each step waits on an L2 round trip (2-3.6x slower rows). The
-    L2 regime switches at half the L2: the H100's is two partitions, and the samples turn at
-    20-40 MB of weights."""
+    weight is beyond the L2 (each step then waits on memory); and the L2 round trips of a
+    guarded loop. For a K that is not a multiple of 16 the loop keeps its bounds check and
+    nvcc (13.0, sm_90) predicates the loads: n % 4 == 0 unrolls by 4 or 8 with one (two)
+    round trips per 4 (8) steps, any other n by 2 or 4 with a round trip per 2 steps; small
+    loops (n <= 36, or n % 4 == 2 up to 102) are fully unrolled and pay none (SASS; H100:
+    46 ns a step at n = 256, 72-85 at n = 178 and 209). The weight-only GEMV stays in L2
+    up to 3/4 of it: 4096x2048 (33.5 MB) runs at the in-L2 speed (11.5 us, 67 MB: 30.5 us)."""
     tx = gemv_columns(s.OC)
     blocks = s.OC // tx
     resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
-    steps = _cdiv(blocks, m.sms * resident) * _cdiv(s.IC, GEMV_K_THREADS)
+    n = _cdiv(s.IC, GEMV_K_THREADS)
+    steps = _cdiv(blocks, m.sms * resident) * n
     fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
-    beyond = s.IC * s.OC * 4 > m.l2_bytes // 2
-    ragged_k = s.IC % GEMV_K_THREADS != 0
-    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, steps * ragged_k]
+    beyond = s.IC * s.OC * 4 > m.l2_bytes * 3 // 4
+    unrolled = n <= 36 or (n % 4 == 2 and n <= 102)
+    guarded = s.IC % GEMV_K_THREADS != 0 and not unrolled
+    round_trips = steps * guarded * (1 if n % 4 == 0 else 2)  # per 4 steps
+    return [steps, fetched * (not beyond), fetched * beyond, steps * beyond, round_trips]
