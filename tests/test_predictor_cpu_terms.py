@@ -27,7 +27,7 @@ from codl_tvm import tiling
 from codl_tvm.predictor import DATA_DIR, blocking, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
-from codl_tvm.predictor.mirror import Machine, conv_shape, kernel
+from codl_tvm.predictor.mirror import Machine, conv_shape, eltwise_gathered_passes, kernel
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
@@ -276,3 +276,15 @@ def test_direct_conv_spills_where_the_assembly_does(k: int, stride: int, oc: int
     xt = min((M.vector_regs - vecs - 2) // vecs, 14, conv.out_w)
     assert blocking.conv_spills(conv, M, vecs, xt) == spills
     assert (blocking.cpu_conv(conv, M)[1] > 0) == spills
+
+
+@pytest.mark.parametrize(("w", "passes"), [(8, 0), (9, 2), (17, 2), (42, 2), (43, 1), (49, 1),
+                                           (50, 0), (150, 0)])  # fmt: skip
+def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
+    """Regression (session 7): LLVM fully unrolls a short elementwise row and vectorizes the
+    row loop with gathers and scatters instead (assembly: 17-wide rows take 17 vgatherqps +
+    vscatterqps per 8 rows); a fixed cost per wave had to stand in for it and put every
+    50x50 row 1.3-1.57x over."""
+    assert eltwise_gathered_passes(w) == passes
+    t = blocking.cpu_eltwise(OpSpec("elementwise", w, w, 64, 64, 1, 1, 1, 1, (0,) * 4, 1, 1), M)
+    assert (t[1] > 0) == (passes > 0)

@@ -142,6 +142,18 @@ def gemv_blocks_per_task(s: OpSpec, m: Machine) -> int:
     return tiling.matmul_blocks_per_task(n_main // vb, 1, s.IC * n_main * 4, m.cores)
 
 
+# LLVM (sapphirerapids) fully unrolls a bias-add row of up to this many columns, a ReLU row
+# of up to ELTWISE_UNROLL_RELU, and then vectorizes the row loop with gathers and scatters
+# (rows of 8 columns or fewer are one vector wide and stay contiguous)
+ELTWISE_UNROLL_ADD = 49
+ELTWISE_UNROLL_RELU = 42
+
+
+def eltwise_gathered_passes(w: int) -> int:
+    """Passes (bias-add, ReLU) of rows ``w`` wide whose kernel loads and stores by gather."""
+    return (8 < w <= ELTWISE_UNROLL_ADD) + (8 < w <= ELTWISE_UNROLL_RELU)
+
+
 def _cpu_eltwise(s: OpSpec, _m: Machine) -> Kernel | None:
     # the bias-add + ReLU kernel: all loops but the innermost fused and parallel
     return Kernel("parallel-loops", s.OC * s.out_h) if s.kind == "elementwise" else None
