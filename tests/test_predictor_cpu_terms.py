@@ -140,7 +140,7 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.63), ("VGG-16", 0.77), ("POSENET", 0.76)])
+                         [("YOLO-V2", 0.67), ("VGG-16", 0.77), ("POSENET", 0.76)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
@@ -288,3 +288,13 @@ def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
     assert eltwise_gathered_passes(w) == passes
     t = blocking.cpu_eltwise(OpSpec("elementwise", w, w, 64, 64, 1, 1, 1, 1, (0,) * 4, 1, 1), M)
     assert (t[1] > 0) == (passes > 0)
+
+
+def test_gemm_panel_loads_count_for_panels_beyond_l1() -> None:
+    """Regression (session 7): a 1x1 GEMM task loads its IC x 48 input panel once per IC step
+    whatever its channel count; beyond L1 (IC >= 257) those L2 loads bound the small-mr tiles
+    of awkward OCs (13x13 1024->37, mr 1: 0.62x the model before)."""
+    small, big = op("conv2d", 13, 13, 128, 37), op("conv2d", 13, 13, 1024, 37)
+    assert kernel("cpu", big, M).algorithm == "gemm-1x1"
+    assert blocking.cpu_gemm(small, M)[1] == 0.0
+    assert blocking.cpu_gemm(big, M)[1] > 0.0

@@ -65,12 +65,8 @@ def train(
     rows = _rows(samples, pair)
     predictor = make(kind, **params).fit(rows)
     if isinstance(samples, (str, Path)):  # provenance travels in the JSON file
-        predictor.trained_on_ = {
-            "samples": Path(samples).name,
-            "rows": len(rows),
-            "command": f"codl-tvm train {Path(samples).name}"
-            + (f" --kind {kind}" if kind != "codl" else ""),
-        }
+        # the command is not stored: kind and samples give it (``train_command``; 2 KB files)
+        predictor.trained_on_ = {"samples": Path(samples).name, "rows": len(rows)}
     if output is not None:
         predictor.save(output)
     return predictor

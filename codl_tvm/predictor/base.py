@@ -240,6 +240,14 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         }
 
     @property
+    def train_command(self) -> str | None:
+        """The ``codl-tvm train`` command that made this predictor (None: not from a file)."""
+        samples = getattr(self, "trained_on_", {}).get("samples")
+        if samples is None:
+            return None
+        return f"codl-tvm train {samples}" + (f" --kind {self.kind}" if self.kind != "codl" else "")
+
+    @property
     def size_bytes(self) -> int:
         """Bytes of the compact JSON document (all the predictor is)."""
         return len(compact_json(self.to_json()))

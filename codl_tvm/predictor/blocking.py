@@ -147,7 +147,9 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
 
 def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     """gemm-1x1: tasks (mr channels, nv*lanes pixels); work = IC x mr x nv vector FMAs per
-    task; plus the input pack (padded pixels), weight pack (every call) and unpack passes."""
+    task and IC x nv input-panel loads from L2 once the panel spills L1; plus the input pack
+    (padded pixels), weight pack (every call) and unpack passes. (The accumulator init and
+    write-back per task fitted to 0 beside the panel loads and is left out.)"""
     c = conv_shape(s)
     mr, nv = tiling.gemm_tiles(c, m)
     np_ = nv * m.lanes
@@ -155,7 +157,11 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     waves = _cdiv(pp * ocp, m.cores)
     return [
         waves * s.IC * mr * nv,  # FMAs on the critical core
-        waves * mr * nv,  # accumulator init + write-back per task
+        # input-panel vector loads from L2: every task streams its IC x np panel once, nv
+        # loads per IC step whatever mr (x86 hot loop of mr=1: one broadcast + 3 vfmadd231ps
+        # mem,zmm per IC step, 3 accumulator chains); once the panel spills L1 (IC >= 257 at
+        # np 48) small-mr tiles (OC prime: mr 1-3) are bound by these loads, not the FMAs
+        waves * s.IC * nv * _over_l1(s.IC * np_ * 4),
         s.IC * pp * np_ / m.cores,  # input pack
         ocp * mr * s.IC / m.cores,  # weight pack
         s.out_elems / m.cores,  # unpack
