@@ -1,0 +1,234 @@
+"""Analytic blocking terms of the codl-tvm CPU kernels (CoDL Eq. 3; see ``blocking.py``).
+
+Every term counts the work of the critical core (waves of parallel tasks over ``m.cores``) or a
+parallel memory pass, and the cache, TLB and code-generation regimes read off the kernels'
+compiled code on the H100 host's Sapphire Rapids (assembly of the LLVM output). Mirrors
+``schedules/cpu_conv.py``, ``cpu_gemm.py``, ``cpu_winograd.py`` and ``cpu_rules.py``.
+"""
+
+from __future__ import annotations
+
+from codl_tvm import tiling
+from codl_tvm.predictor.gpu_terms import _cdiv
+from codl_tvm.predictor.mirror import (
+    Machine,
+    conv_shape,
+    eltwise_gathered_passes,
+    gemv_blocks_per_task,
+)
+from codl_tvm.predictor.opspec import OpSpec
+
+# CPU caches (Intel Sapphire Rapids, Intel 64 and IA-32 Architectures Optimization Reference
+# Manual, Golden Cove: 48 KiB L1D and 2 MiB L2 per core, each core two hyperthreads).
+CPU_L1_BYTES = 48 << 10
+CPU_L2_BYTES_PER_CORE = 2 << 20
+CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
+
+
+# 4 KiB pages (the host's transparent huge pages are madvise-only, TVM does not ask) and the
+# Golden Cove second-level TLB: 2048 entries, 8 MB of reach. A GEMV pass over more pages than
+# that misses on every page (a two-level page walk in the KVM guest). The H100 samples step
+# a little later, between 2441 pages (3342x748: 10 us/MB) and 2712 (3342x831: 18 us/MB); a
+# reach of 2048 or 2560 entries fits them alike (44.1 / 44.4% with this term alone), and the
+# documented size is kept.
+CPU_PAGE_BYTES = 4096
+CPU_STLB_ENTRIES = 2048
+# The last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest
+# reports a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element
+# than one of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
+CPU_L3_BYTES = 105 << 20
+
+
+def _over_l1(task_bytes: int) -> bool:
+    """A task's operand panel no longer stays in L1 across its reduction loop."""
+    return task_bytes > CPU_L1_BYTES
+
+
+def _streamed(pass_bytes: int, m: Machine) -> float:
+    """Bytes per core of a parallel pass whose working set exceeds the cores' caches: its
+    passes stream from L3/DRAM at a lower rate, 0 otherwise. The limit is
+    ``m.cpu_stream_bytes`` (learned from the samples), else the L2s of ``cores / CPU_SMT``
+    Sapphire Rapids cores: the H100 machine's pool and elementwise passes change regime
+    between 12 and 24 MB (16 vCPUs)."""
+    limit = m.cpu_stream_bytes or max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    return pass_bytes / m.cores if pass_bytes > limit else 0.0
+
+
+def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
+    """Rows, cols of the padded input the CPU kernels copy (whole register tiles)."""
+    d = s.dilation
+    return (s.out_h - 1) * s.SH + (s.KH - 1) * d + 1, (out_w - 1) * s.SW + (s.KW - 1) * d + 1
+
+
+def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
+    """Whether the direct conv's hot loop spills registers to the stack (see :func:`cpu_conv`).
+
+    From the Sapphire Rapids assembly of KW 2..7, SW 1..2, one or two vectors, xt 3..14: the
+    register file is full with a two-vector 14-column tile (28 accumulators + 2 weights + a
+    broadcast: 31 of 32 zmm); even KW at stride 1 unrolls without reusing broadcasts, and
+    KW >= 6 is not unrolled at two vectors. One-vector tiles spill at stride 2 from KW 4."""
+    full = xt * vecs + vecs + 1 >= m.vector_regs - 1
+    odd_or_strided = s.KW % 2 == 1 or s.SW > 1
+    return (full and 3 <= s.KW <= 5 and odd_or_strided) or (
+        vecs == 1 and xt == 14 and s.SW == 2 and s.KW >= 4)
+
+
+def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
+    """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
+    per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
+    spills (:func:`conv_spills`); plus pad, weight-pack and unpack passes. (The accumulator
+    init and write-back per task fitted to nothing beside the spills.)"""
+    vecs = 2 if s.OC > m.lanes else 1
+    ocb = m.lanes * vecs
+    xt = max(1, min((m.vector_regs - vecs - 2) // vecs, 14, s.out_w))
+    ocp = _cdiv(s.OC, ocb)
+    owp = _cdiv(s.out_w, xt) * xt
+    waves = _cdiv(ocp * s.out_h * _cdiv(s.out_w, xt), m.cores)
+    hp, wp = _padded_in(s, owp)
+    red = s.reduction
+    return [
+        waves * red * xt * vecs,  # FMAs on the critical core
+        # register spills: LLVM fully unrolls the rx loop of a 3..5-wide window and keeps the
+        # broadcast inputs the rx steps share (column x*SW + rx); with the register file
+        # full it spills accumulators and broadcasts: ~20-30 stack stores + reloads per
+        # (rc, ry) step of 84-140 FMAs (47x47 34->214 k3s2 ran 0.85x the model without this)
+        waves * s.IC * s.KH * conv_spills(s, m, vecs, xt),
+        s.IC * hp * wp / m.cores,  # padded input copy
+        ocp * ocb * red / m.cores,  # weight pack (every call)
+        s.out_elems / m.cores,  # unpack
+        # weight vector loads of the critical core once a task's packed weight panel
+        # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
+        waves * red * vecs * _over_l1(ocb * red * 4),
+        # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
+        # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
+        # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
+        _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4),
+    ]
+
+
+def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
+    """gemm-1x1: tasks (mr channels, nv*lanes pixels); work = IC x mr x nv vector FMAs per
+    task and IC x nv input-panel loads from L2 once the panel spills L1; plus the input pack
+    (padded pixels), weight pack (every call) and unpack passes. (The accumulator init and
+    write-back per task fitted to 0 beside the panel loads and is left out.)"""
+    c = conv_shape(s)
+    mr, nv = tiling.gemm_tiles(c, m)
+    np_ = nv * m.lanes
+    pp, ocp = _cdiv(s.out_h * s.out_w, np_), _cdiv(s.OC, mr)
+    waves = _cdiv(pp * ocp, m.cores)
+    return [
+        waves * s.IC * mr * nv,  # FMAs on the critical core
+        # input-panel vector loads from L2: every task streams its IC x np panel once, nv
+        # loads per IC step whatever mr (x86 hot loop of mr=1: one broadcast + 3 vfmadd231ps
+        # mem,zmm per IC step, 3 accumulator chains); once the panel spills L1 (IC >= 257 at
+        # np 48) small-mr tiles (OC prime: mr 1-3) are bound by these loads, not the FMAs
+        waves * s.IC * nv * _over_l1(s.IC * np_ * 4),
+        s.IC * pp * np_ / m.cores,  # input pack
+        ocp * mr * s.IC / m.cores,  # weight pack
+        s.out_elems / m.cores,  # unpack
+        waves,  # per task: its panels' first touch (an IC x np input panel, IC x mr weights)
+    ]
+
+
+def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
+    """winograd-2x2-3x3: 16 x OC blocks x tile blocks GEMM tasks of IC x pt x ocb/lanes
+    vector FMAs; input, weight (every call) and output transforms as parallel passes. (The
+    input transform's 16 stores per tile no longer conflict in one L1 set: the schedule skews
+    V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``.)"""
+    c = conv_shape(s)
+    ocb, pt = tiling.winograd_tiles(c, m)
+    th, tw = tiling.winograd_grid(c)
+    pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
+    waves = _cdiv(16 * ocp * pp, m.cores)
+    return [
+        waves * s.IC * pt * vecs,  # FMAs on the critical core
+        waves * pt * vecs,  # accumulator init + write-back per task
+        16 * s.IC * pp * pt / m.cores,  # pad + input transform
+        16 * ocp * ocb * s.IC / m.cores,  # weight transform
+        16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
+        # weight vector loads once a task's IC x ocb weight panel spills L1 (as cpu_conv)
+        waves * s.IC * vecs * _over_l1(s.IC * ocb * 4),
+    ]
+
+
+def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
+    """depthwise-direct: one task per (channel, row), output columns in SIMD lanes. A
+    stride-2 input vector is gathered from ``lanes`` scalar loads and inserts (the compiled
+    kernel's assembly: ~30 instructions for 2), so strided window steps have their own unit
+    time; a fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
+    vx = _cdiv(s.out_w, m.lanes)
+    waves = _cdiv(s.OC * s.out_h, m.cores)
+    hp, wp = _padded_in(s, vx * m.lanes)
+    strided = s.SW > 1
+    return [
+        waves * vx * s.reduction * (not strided),
+        waves * vx * s.reduction * strided,
+        waves * vx,
+        s.IC * hp * wp / m.cores,
+        s.out_elems / m.cores,
+        waves,
+    ]
+
+
+# LLVM's loop vectorizer on the pool's row loop: a loop with a known trip count below 16 stays
+# scalar; otherwise vectors of at most 8 floats (x86 with AVX-512 prefers 256-bit vectors),
+# the last ``ow % width`` outputs scalar (the assembly of the Sapphire Rapids kernels)
+LLVM_MIN_TRIP = 16
+LLVM_MAX_VF = 8
+
+
+def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
+    """pool: one task per (channel, row), the window unrolled inside the row loop, which LLVM
+    vectorizes (short rows and remainders scalar: 15x15x3537 avg pools ~5x slower per
+    output); a fixed cost per row task; input + output streamed beyond the L2s."""
+    waves = _cdiv(s.OC * s.out_h, m.cores)
+    ow, red = s.out_w, s.reduction
+    vf = min(m.lanes, LLVM_MAX_VF)
+    vec = 0 if ow < LLVM_MIN_TRIP else ow // vf
+    return [
+        waves * vec * red,  # vector window steps on the critical core
+        waves * (ow - vec * vf) * red,  # scalar window steps (short rows, remainders)
+        waves * ow,  # outputs (and the avg pool's divide) on the critical core
+        waves,  # per row task
+        _streamed((s.IC * s.H * s.W + s.out_elems) * 4, m),
+    ]
+
+
+def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
+    """gemv: tasks of up to 16 column blocks streaming the weight rows (every core a task
+    once the weight is large), scalar tail columns. A parallel loop of one task compiles to
+    serial code, so a fork-join is paid only by a main part of several tasks and by a tail.
+    Beyond the second-level TLB's reach every page a pass touches misses."""
+    vb = tiling.matmul_vector_block(s.OC, m.lanes)
+    blocks = s.OC // vb
+    per_task = gemv_blocks_per_task(s, m)
+    tasks = blocks // per_task
+    tail = s.OC - blocks * vb
+    waves = _cdiv(tasks, m.cores) if tasks else 0
+    row_bytes = min(4 * s.OC, CPU_PAGE_BYTES)  # of a weight row's page that a pass touches
+    stlb_miss = s.IC * row_bytes > CPU_STLB_ENTRIES * CPU_PAGE_BYTES
+    return [
+        waves * per_task * (vb // m.lanes) * s.IC,  # vector loads + FMAs, critical thread
+        _cdiv(tail, m.cores) * s.IC,  # scalar tail column walks
+        float(bool(tail)),  # the tail's fork-join
+        float(tasks > 1),  # the main part's fork-join (one task: serial code, no launch)
+        s.IC * s.OC / m.cores,  # the weight, over all cores
+        waves * s.IC * row_bytes / CPU_PAGE_BYTES * stlb_miss,  # STLB misses, critical thread
+    ]
+
+
+def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
+    """parallel-loops over (channel, row), a row per task (two passes: add, then ReLU). Where
+    LLVM fully unrolls a short row (9..49 columns for the add, 9..42 for the ReLU) it vectorizes
+    the loop over rows instead, with 8-wide gathers and scatters at the row stride (17 columns:
+    58 ns a row, 50 columns: 30). Read + write streamed beyond the L2s (41 M elements: 2.5x
+    slower per element than 8 M) and from DRAM beyond the last-level cache (223x223x826: 2x
+    slower again)."""
+    waves = _cdiv(s.OC * s.out_h, m.cores)
+    pass_bytes = 2 * s.out_elems * 4
+    return [
+        waves * s.out_w,
+        waves * s.out_w * eltwise_gathered_passes(s.out_w),  # rows vectorized across rows
+        _streamed(pass_bytes, m),
+        pass_bytes / m.cores * (pass_bytes > CPU_L3_BYTES),  # from DRAM
+    ]
