@@ -143,3 +143,16 @@ def test_a_floor_list_that_does_not_match_the_models_is_refused(shipped, tmp_pat
     path.write_text(json.dumps(doc))
     with pytest.raises(PredictorFileError, match="launch floors"):
         load(path)
+
+
+def test_a_model_of_few_samples_takes_its_roles_launch_floor(rows):
+    """Regression (session 7): a floor is a model's fastest training sample; a model of a few
+    large samples (a quick profile) must not lift the floor of that kernel's small ops, so it
+    takes its role's fastest sample instead."""
+    avg = sorted((r for r in rows if r["role"] == "gpu" and r["op"] == "pool_avg"),
+                 key=lambda r: r["latency_us"])  # fmt: skip
+    few = [r for r in rows if not (r["role"] == "gpu" and r["op"] == "pool_avg")] + avg[-3:]
+    pred = train(few, kind="codl")
+    gpu_min = min(r["latency_us"] for r in few if r["role"] == "gpu" and r["model"] != "sharing")
+    assert avg[-3]["latency_us"] > 20
+    assert pred.floor_us_["gpu/pool_avg/pool"] == pytest.approx(gpu_min, rel=5e-3)

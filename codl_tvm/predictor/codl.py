@@ -125,9 +125,24 @@ class CoDLPredictor(BasePredictor):
                 blk = [int(np.median([rows[i][c] for i in idx])) for c in cols]
                 a = np.array([recorded_terms(subs[i], *blk) for i in idx])
                 self.t_[key] = {"b": blk, "t": _fit(a, y[idx], self.irls_iters)}
-        self.floor_us_ = {key: float(f"{y[idx].min():.3g}") for key, idx in groups.items()
-                          if self.family_[key.split("/")[0]] in FLOOR_FAMILIES}  # fmt: skip
+        self.floor_us_ = self._launch_floors(groups, y)
         self._index()
+
+    def _launch_floors(self, groups: dict[str, list[int]], y: np.ndarray) -> dict[str, float]:
+        """Per floored model, its fastest training sample; a model of fewer than
+        :data:`FLOOR_MIN_SAMPLES` samples (a quick profile) takes its role's fastest instead,
+        so a few large samples cannot lift the floor of the small ops of that kernel."""
+        floored = {k: idx for k, idx in groups.items()
+                   if self.family_[k.split("/")[0]] in FLOOR_FAMILIES}  # fmt: skip
+        role_min: dict[str, float] = {}
+        for key, idx in floored.items():
+            role = key.split("/")[0]
+            role_min[role] = min(role_min.get(role, np.inf), float(y[idx].min()))
+        out = {}
+        for key, idx in floored.items():
+            own = len(idx) >= FLOOR_MIN_SAMPLES
+            out[key] = float(f"{y[idx].min() if own else role_min[key.split('/')[0]]:.3g}")
+        return out
 
     def _fit_group(self, fam: str, algo: str, subs: list[OpSpec], y: np.ndarray) -> list[float]:
         a = np.array([terms(fam, s, self.machine_, algo) for s in subs])
@@ -267,6 +282,7 @@ class CoDLPredictor(BasePredictor):
 # the fastest training sample of its model. CPU kernels gain nothing from it (their smallest,
 # a fork-join of 3-8 us, are fitted), so they keep a pure Eq. 3.
 FLOOR_FAMILIES = frozenset({"gpu"})
+FLOOR_MIN_SAMPLES = 8  # a model's own floor needs this many samples (a multi-kernel op's is higher)
 
 # candidate limits of a streamed CPU pass: 256 KB (one small L2) to 256 MB (beyond any L3)
 STREAM_CANDIDATES_BYTES = tuple(int(mb * (1 << 20)) for mb in (
