@@ -11,9 +11,7 @@ OUT=${OUT:-$PWD/out}
 VISITS=${VISITS:-8}
 # name:TVM_NUM_THREADS:TVM_BIND_THREADS:pin-master ("-": leave the calling thread free)
 VARIANTS=${VARIANTS:-"t16:16:1:- t16pin0:16:1:0 t15pin0:15:1:0 t15:15:1:- t8pin0:8:1:0 t16nobind:16:0:-"}
-mkdir -p "$OUT" /tmp/site
-tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
-export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
+source benchmarks/h100_env.sh  # runtime-only TVM, PYTHONPATH, $OUT/machine.txt
 for v in $VARIANTS; do
   IFS=: read -r name t b pin <<< "$v"
   extra=(); [ "$pin" != "-" ] && extra=(--pin-master "$pin")

@@ -16,10 +16,7 @@ OUT=${OUT:-$PWD/out}
 PER_SETTING_S=${PER_SETTING_S:-70}
 # "threads:bind" pairs; bind=0 sets TVM_BIND_THREADS=0 (no pinning of the pool's workers)
 SETTINGS=${SETTINGS:-"16:1 15:1 12:1 8:1 16:0"}
-mkdir -p "$OUT" /tmp/site
-tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
-export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
-lscpu | head -20 > "$OUT/machine.txt" 2>&1 || true
+source benchmarks/h100_env.sh  # runtime-only TVM, PYTHONPATH, $OUT/machine.txt
 for s in $SETTINGS; do
   t=${s%%:*}; b=${s##*:}
   echo "== TVM_NUM_THREADS=$t TVM_BIND_THREADS=$b"

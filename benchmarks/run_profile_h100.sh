@@ -25,11 +25,7 @@ OUT=${OUT:-$PWD/out}
 DEADLINE_S=${DEADLINE_S:-400}
 ROUNDS=${ROUNDS:-3}
 MIN_REPEAT_MS=${MIN_REPEAT_MS:-10}
-mkdir -p "$OUT" /tmp/site
-tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
-export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; lscpu | head -20; } \
-  > "$OUT/machine.txt" 2>&1 || true
+source benchmarks/h100_env.sh  # runtime-only TVM, PYTHONPATH, $OUT/machine.txt
 # keep our samples file if a previous run left one in the tree
 for f in samples-x86-cuda.csv samples-x86-cuda.csv.rounds.jsonl; do
   if [ -f ".devcarry/$f" ]; then cp ".devcarry/$f" "$OUT/"; fi

@@ -16,11 +16,7 @@
 set -euo pipefail
 OUT=${OUT:-$PWD/out}
 ROUNDS=${ROUNDS:-12}
-mkdir -p "$OUT" /tmp/site
-tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
-export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; lscpu | head -20; } \
-  > "$OUT/machine.txt" 2>&1 || true
+source benchmarks/h100_env.sh  # runtime-only TVM, PYTHONPATH, $OUT/machine.txt
 run() {  # bundle, output, deadline
   python3 codl_tvm/profiler/bundle_runner.py "$1" -o "$OUT/$2" --rounds "$ROUNDS" --repeats 3 \
     --min-repeat-ms 10 --warm-jobs 14 --deadline-s "$3" | tail -2
