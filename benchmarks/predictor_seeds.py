@@ -4,7 +4,7 @@ One seeded split moves by several points when the samples file's row order chang
 reorders rows), so the headline is the mean over ``--seeds`` splits:
 
     python benchmarks/predictor_seeds.py codl_tvm/data/samples-x86-cuda-h100.csv \
-        [--seeds 20] [--json benchmarks/results/predictor-h100-seeds.json]
+        [--seeds 20] [--json benchmarks/results/predictor-h100-seeds.json] [--by algorithm]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import warnings
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +22,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from codl_tvm.predictor import make  # noqa: E402
 from codl_tvm.predictor.accuracy import accuracy_rows, split_models, split_rows  # noqa: E402
+from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
 
 HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
 
 
-def _acc(train: list[dict], test: list[dict]) -> dict[str, float]:
+Hits = dict[tuple[str, str], list[bool]]
+
+
+def _acc(train: list[dict], test: list[dict], by: str | None = None,
+         hits: Hits | None = None) -> dict[str, float]:
+    """Per processor acc10 on ``test``; with ``by``, each compute row's hit is also added to
+    ``hits`` under (processor, the row's ``by`` column)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pred = make("codl").fit(train)
         rows = accuracy_rows(pred, test)
+        if by is not None and hits is not None:
+            comp = [r for r in test if r["op"] not in SHARING_KINDS]
+            for r, y in zip(comp, pred.predict(comp), strict=True):
+                hits[(r["role"], str(r[by]))].append(abs(y / r["latency_us"] - 1) <= 0.1)
     return {r["processor"]: r["acc10"] for r in rows if r["op"] == "all"}
+
+
+def _print_by(by: str, split: Hits, held: dict[str, Hits], seeds: int) -> None:
+    models = list(held)
+    print(f"\n| processor | {by} | n per split | split acc10 | "
+          + " | ".join(f"{m} (n, acc10)" for m in models) + " |")
+    print("|---|---|---:|---:|" + "---:|" * len(models))
+    for key in sorted(split):
+        cells = [f"{len(held[m][key])}, {np.mean(held[m][key]):.1%}" if held[m].get(key)
+                 else "-" for m in models]  # fmt: skip
+        print(f"| {key[0]} | {key[1]} | {len(split[key]) / seeds:.1f} | "
+              f"{np.mean(split[key]):.1%} | " + " | ".join(cells) + " |")
 
 
 def main() -> int:
@@ -39,16 +63,21 @@ def main() -> int:
     ap.add_argument("samples", type=Path)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--by", help="also print acc10 per processor and value of this samples "
+                    "column, e.g. algorithm (per kernel) or model")  # fmt: skip
     args = ap.parse_args()
     rows = read_samples(args.samples)
-    splits = [_acc(*split_rows(rows, 0.3, seed)) for seed in range(args.seeds)]
+    split_hits: Hits = defaultdict(list)
+    held_hits: dict[str, Hits] = {m: defaultdict(list) for m in HELD_OUT}
+    splits = [_acc(*split_rows(rows, 0.3, seed), args.by, split_hits)
+              for seed in range(args.seeds)]  # fmt: skip
     out = {"seeds": args.seeds, "split": {}, "held_out": {}}
     for role in ("cpu", "gpu"):
         vals = [s[role] for s in splits]
         out["split"][role] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)),
                               "max": float(np.max(vals)), "seed0": vals[0]}  # fmt: skip
     for model in HELD_OUT:
-        out["held_out"][model] = _acc(*split_models(rows, [model]))
+        out["held_out"][model] = _acc(*split_models(rows, [model]), args.by, held_hits[model])
     print("| test set | CPU acc10 | GPU acc10 |\n|---|---|---|")
     s = out["split"]
     print(f"| 30% split, mean of {args.seeds} seeds (min-max) | {s['cpu']['mean']:.1%} "
@@ -57,6 +86,8 @@ def main() -> int:
     print(f"| 30% split, seed 0 | {s['cpu']['seed0']:.1%} | {s['gpu']['seed0']:.1%} |")
     for model, acc in out["held_out"].items():
         print(f"| held-out {model} | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
+    if args.by:
+        _print_by(args.by, split_hits, held_hits, args.seeds)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0
