@@ -67,6 +67,8 @@ def main() -> int:
                     "column, e.g. algorithm (per kernel) or model")  # fmt: skip
     args = ap.parse_args()
     rows = read_samples(args.samples)
+    if args.by is not None and args.by not in rows[0]:
+        ap.error(f"--by {args.by}: {args.samples} has no such column")
     split_hits: Hits = defaultdict(list)
     held_hits: dict[str, Hits] = {m: defaultdict(list) for m in HELD_OUT}
     splits = [_acc(*split_rows(rows, 0.3, seed), args.by, split_hits)
