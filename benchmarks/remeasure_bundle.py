@@ -10,6 +10,10 @@ into a profiling bundle, run it on the target, merge the new rows back.
     python benchmarks/remeasure_bundle.py merge codl_tvm/data/samples-x86-cuda-h100.csv new.csv \
         -o codl_tvm/data/samples-x86-cuda-h100.csv
 
+Runs of one bundle that each stopped at a call's deadline pool their visits per row:
+
+    python benchmarks/remeasure_bundle.py pool run1.csv run2.csv -o pooled.csv
+
 Session 2 re-measured the GPU Winograd shapes this way; session 3 the GPU convs after their
 FMA loop lost its bounds checks.
 """
@@ -20,6 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
@@ -29,6 +35,8 @@ from codl_tvm.profiler.space import Job  # noqa: E402
 
 def row_job(r: dict) -> Job:
     """The profiling job that measured sample row ``r``."""
+    if r["algorithm"] == "copy":  # a sharing row: its tensor is (1, IC, H, W)
+        return Job(r["role"], r["op"], shape=(r["IC"], r["H"], r["W"]), model=r["model"])
     pad = tuple(int(p) for p in str(r["padding"]).split(":"))
     spec = OpSpec(r["op"], r["H"], r["W"], r["IC"], r["OC"], r["KH"], r["KW"], r["SH"], r["SW"],
                   pad, r["dilation"], r["groups"])  # fmt: skip
@@ -81,6 +89,45 @@ def merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def pool(args: argparse.Namespace) -> int:
+    """One file of the rows measured in every run, each with the visits of all of them.
+
+    Runs on one lease that each hit a call's time limit add up to more visits per sample
+    (the estimate is the mean of the lower half of its visits: more visits, less noise).
+    """
+    import csv
+
+    from codl_tvm.profiler.rounds import sample_estimate
+    from codl_tvm.profiler.schema import row_key
+
+    runs = []
+    for path in args.runs:
+        read_samples(path)  # a broken or foreign file stops here
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            runs.append({row_key(r): r for r in reader})
+            columns = reader.fieldnames
+    keys = [k for k in runs[0] if all(k in run for run in runs[1:])]
+    rows = []
+    for key in keys:
+        parts = [run[key] for run in runs]
+        visits = [float(x) for r in parts for x in r["round_us"].split(";") if x]
+        rows.append(dict(parts[0], latency_us=f"{sample_estimate(visits):.3f}",
+                         median_us=f"{float(np.median(visits)):.3f}",
+                         spread_us=max(float(r["spread_us"]) for r in parts),
+                         repeat=sum(int(r["repeat"]) for r in parts), rounds=len(visits),
+                         round_us=";".join(r["round_us"] for r in parts)))  # fmt: skip
+    tmp = Path(args.output).with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows(rows)
+    read_samples(tmp)
+    tmp.replace(args.output)
+    print(f"{len(rows)} rows pooled from {len(runs)} runs -> {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -97,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("samples")
     m.add_argument("new")
     m.add_argument("-o", "--output", required=True)
+    p = sub.add_parser("pool", help="the visits of several runs of one bundle, pooled per row")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    return bundle(args) if args.cmd == "bundle" else merge(args)
+    return {"bundle": bundle, "merge": merge, "pool": pool}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import tvm
@@ -25,10 +26,32 @@ ROLES: tuple[str, str] = ("gpu", "cpu")
 _RUNTIME_KIND: dict[str, str] = {"llvm": "cpu", "cuda": "cuda", "opencl": "opencl"}
 
 
+_SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def physical_cores(sysfs: Path = _SYSFS_CPU) -> int:
+    """Cores this process may use, counting a core's hyper-threads once.
+
+    The default ``num-cores`` of the host's llvm target, which also sizes TVM's CPU pool
+    (:mod:`codl_tvm.profiler.cpu_pool`): TVM alone would halve the logical CPUs on x86 even
+    where, as on the H100 machine's VM, each core has one thread. Falls back to the logical
+    count where sysfs has no topology (not Linux).
+    """
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    siblings = set()
+    for cpu in allowed:
+        topo = sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list"
+        try:
+            siblings.add(topo.read_text().strip())
+        except OSError:
+            return len(allowed) or os.cpu_count() or 1
+    return len(siblings) or os.cpu_count() or 1
+
+
 def _host_cpu_target(num_cores: int | None = None) -> dict[str, Any]:
     mcpu = tvm.target.codegen.llvm_get_system_cpu()
     spec: dict[str, Any] = {"kind": "llvm", "mcpu": mcpu}
-    spec["num-cores"] = int(num_cores or os.cpu_count() or 1)
+    spec["num-cores"] = int(num_cores or physical_cores())
     return spec
 
 
@@ -182,7 +205,7 @@ class DevicePair:
 
 
 def _cpu_pair(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
-    spec = {"kind": "llvm", "num-cores": int(num_cores or os.cpu_count() or 1)}
+    spec = {"kind": "llvm", "num-cores": int(num_cores or physical_cores())}
     return DevicePair("cpu-pair", dict(spec), dict(spec), cpu_index=0, gpu_index=1)
 
 

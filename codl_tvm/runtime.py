@@ -30,6 +30,8 @@ import numpy as np
 import tvm
 import tvm.runtime.vm
 
+from .profiler.cpu_pool import target_threads, use_cpu_threads
+
 MANIFEST = "manifest.json"
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
@@ -109,6 +111,7 @@ class Runner:
         for dev, (kind, index) in zip(self.devices, manifest["devices"]):
             if not dev.exist:
                 raise RuntimeError(f"this machine has no {kind}:{index} device for the artifact")
+        self.cpu_threads = use_cpu_threads(cpu_threads(manifest))
         self.vm = tvm.runtime.vm.VirtualMachine(module, self.devices)
         self.params = [
             tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"), self._dev(p["role"]))
@@ -142,6 +145,11 @@ class Runner:
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         return random_inputs(self.manifest, seed)
+
+
+def cpu_threads(manifest: dict[str, Any]) -> int | None:
+    """Workers of TVM's CPU pool the artifact was planned for: its pair's ``num-cores``."""
+    return target_threads(manifest.get("pair", {}).get("cpu"))
 
 
 def random_inputs(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:

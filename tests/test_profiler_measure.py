@@ -94,6 +94,8 @@ def test_bundle_runs_runtime_only(tmp_path):
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     _check_rows(read_samples(out), jobs)
+    cores = man["pair"]["cpu"]["num-cores"]
+    assert f"TVM CPU pool: {cores} workers" in res.stdout  # TVM alone: half the CPUs on x86
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert f'"resumed": {len(jobs)}' in res.stdout
 

@@ -227,6 +227,13 @@ def test_tracker_hands_out_the_server_by_key(tracked_server, tracker, artifact):
     np.testing.assert_array_equal(rpc.load_remote(session, artifact).run(inputs)[0], expected[0])
 
 
+def test_the_remote_cpu_pool_takes_the_pairs_num_cores(server, artifact):
+    cores = json.loads((artifact / "manifest.json").read_text())["pair"]["cpu"]["num-cores"]
+    with rpc.load_remote(rpc.connect(rpc=server), artifact) as runner:
+        assert runner.cpu_threads == cores
+        assert runner.session.get_function("runtime.NumThreads")() == cores
+
+
 def test_cli_run_over_rpc_writes_the_local_outputs(server, artifact, work, capsys):
     inputs, expected = _local(artifact, seed=5)
     np.savez(work / "x.npz", **inputs)

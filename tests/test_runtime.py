@@ -117,3 +117,18 @@ def test_export_without_weights_runs_with_random_weights_of_the_right_shapes(exe
     runner = runtime.load(art)
     (out,) = runner.run(exe.random_inputs())
     assert out.shape == exe.run(exe.random_inputs())[0].shape and np.isfinite(out).all()
+
+
+def test_the_runner_sizes_tvms_cpu_pool_from_the_pairs_num_cores(exe, tmp_path):
+    # TVM alone halves the logical CPUs on x86; the plan's pair says how many cores to use
+    art = exe.export(tmp_path / "art")
+    cores = json.loads((art / "manifest.json").read_text())["pair"]["cpu"]["num-cores"]
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    env.update(TVM_USE_RUNTIME_LIB="1", PYTHONPATH=str(ROOT))
+    code = ("import sys, tvm; from codl_tvm import runtime; r = runtime.load(sys.argv[1]); "
+            "r.run(r.random_inputs()); "
+            "print(r.cpu_threads, tvm.get_global_func('runtime.NumThreads')())")
+    proc = subprocess.run([sys.executable, "-c", code, str(art)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(cores)] * 2

@@ -29,6 +29,7 @@ import tvm
 import tvm.runtime.vm
 
 from .. import runtime
+from ..profiler.cpu_pool import use_cpu_threads
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
@@ -167,6 +168,7 @@ class RemoteRunner(runtime.Runner):
         pair = manifest.get("pair", {}).get("name", "?")
         self.devices = [remote_device(session, kind, index, pair)
                         for kind, index in manifest["devices"]]
+        self.cpu_threads = use_cpu_threads(runtime.cpu_threads(manifest), session)
         remote_name = f"codl-{os.getpid()}-{id(self)}.so"
         session.upload(str(library), target=remote_name)
         self.vm = tvm.runtime.vm.VirtualMachine(session.load_module(remote_name), self.devices)

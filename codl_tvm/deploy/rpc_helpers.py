@@ -15,6 +15,10 @@ Registered global functions (all take the VM module the client created remotely)
 - ``codl.rpc.call(vm, key, *inputs) -> Array``: ``main(*inputs, *weights[key])``, flattened.
 - ``codl.rpc.time(vm, key, dev_type, dev_id, number, repeat, *inputs) -> str``: JSON list of
   seconds from the VM's ``time_evaluator`` (one discarded warm-up), timed on the server.
+- ``codl.rpc.cpu_threads(n) -> int``: size the session's CPU pool to ``n`` workers before its
+  first CPU kernel (:mod:`codl_tvm.profiler.cpu_pool`); returns the workers it runs. TVM's
+  ``runtime.config_threadpool`` cannot do it over RPC: without its CPU list argument (an
+  Array, which RPC cannot pass) it stays within TVM's default, half the CPUs on x86.
 
 Works in a runtime-only process (``TVM_USE_RUNTIME_LIB=1``).
 """
@@ -28,7 +32,7 @@ import tvm
 import tvm.runtime.vm  # noqa: F401 - registers the VM module methods used below
 import tvm_ffi
 
-HELPER_VERSION = 1
+HELPER_VERSION = 2  # 2: codl.rpc.cpu_threads
 _BOUND: dict[int, list[Any]] = {}
 
 
@@ -76,11 +80,18 @@ def _time(vm: Any, key: int, dev_type: int, dev_id: int, number: int, repeat: in
     return json.dumps(list(timer(*_args(key, inputs)).results))
 
 
+def _cpu_threads(n: int) -> int:
+    from ..profiler.cpu_pool import use_cpu_threads
+
+    return int(use_cpu_threads(n) or 0)
+
+
 FUNCTIONS = {
     "codl.rpc.version": _version,
     "codl.rpc.bind": _bind,
     "codl.rpc.call": _call,
     "codl.rpc.time": _time,
+    "codl.rpc.cpu_threads": _cpu_threads,
 }
 
 

@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.profiler import bundle_runner as br
+from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
 from codl_tvm.profiler.kernels import (
     TRANSFER_OPS,
     Entry,
@@ -120,6 +121,7 @@ def measure(
         read_samples(output, pair=pair.name)  # refuse to mix pairs in one file
     book = RoundBook(output, COLUMNS, row_key)
     todo = [j for j in jobs if not book.final(_job_key(j, pair))]
+    use_cpu_threads(target_threads(pair.cpu_spec), session.remote)
     resumed = len(jobs) - len(todo)
     groups: list[list[Item]] = []
     batches = plan_batches(todo, batch_size)
