@@ -70,7 +70,9 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", required=True, help="device pair preset, e.g. x86-cuda")
     parser.add_argument("--arch", help="CUDA arch, e.g. sm_90")
     parser.add_argument("--mcpu", help="llvm mcpu of the target host, e.g. sapphirerapids")
-    parser.add_argument("--num-cores", type=int, help="CPU cores of the target host")
+    parser.add_argument("--num-cores", type=int,
+                        help="CPU cores of the target host, the workers of TVM's CPU pool "
+                        "(default: this machine's physical cores)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workload", action="append", default=[], metavar="CSV")
     parser.add_argument("--max-flops", type=float)
