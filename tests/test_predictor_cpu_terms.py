@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from codl_tvm import tiling
-from codl_tvm.predictor import DATA_DIR, blocking, make
+from codl_tvm.predictor import DATA_DIR, blocking, cpu_terms, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.mirror import Machine, conv_shape, eltwise_gathered_passes, kernel
@@ -108,7 +108,9 @@ def test_gemm_task_waves_are_the_mirrors_blocks() -> None:
         s = op("conv2d", h, w, ic, oc)
         k = kernel("cpu", s, M)
         assert k.algorithm == "gemm-1x1"
-        assert blocking.cpu_gemm(s, M)[-1] == math.ceil(k.num_blocks / M.cores)
+        mr, nv = tiling.gemm_tiles(s.conv_shape, M)
+        waves = math.ceil(k.num_blocks / M.cores)
+        assert blocking.cpu_gemm(s, M)[1] == waves * ic * nv
 
 
 def test_cpu_terms_have_one_length_per_algorithm_and_are_nonnegative(rows) -> None:
@@ -290,11 +292,18 @@ def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
     assert (t[1] > 0) == (passes > 0)
 
 
-def test_gemm_panel_loads_count_for_panels_beyond_l1() -> None:
-    """Regression (session 7): a 1x1 GEMM task loads its IC x 48 input panel once per IC step
-    whatever its channel count; beyond L1 (IC >= 257) those L2 loads bound the small-mr tiles
-    of awkward OCs (13x13 1024->37, mr 1: 0.62x the model before)."""
-    small, big = op("conv2d", 13, 13, 128, 37), op("conv2d", 13, 13, 1024, 37)
-    assert kernel("cpu", big, M).algorithm == "gemm-1x1"
-    assert blocking.cpu_gemm(small, M)[1] == 0.0
-    assert blocking.cpu_gemm(big, M)[1] > 0.0
+def test_gemm_worker_fetches_the_panels_other_workers_packed() -> None:
+    """Regression (session 8, 16 TVM workers): the GEMM's parallel loop is (pixel tile, OC
+    block) with the OC block innermost, statically chunked over the workers; the busiest
+    worker fetches the rows of its chunk's panels that other workers packed (13x13 1024->37:
+    148 tasks in chunks of 10, 0.69x the model with a per-task cost instead)."""
+    # worker 3: tasks 30-39 = weight panels 30-36, 0-2 (packed by others: 10 x 1024 rows of
+    # one channel) and pixel tiles 0-1 (it packed rows 768-1023 of tile 0: 1792 x 48 floats)
+    assert cpu_terms.gemm_remote_panel_floats(4, 37, 1024, 1, 48, 16) == 10 * 1024 + 1792 * 48
+    # one pixel tile (13x1 1024->512, mr 16): each worker packed its own 2 weight panels
+    assert cpu_terms.gemm_remote_panel_floats(1, 32, 1024, 16, 16, 16) == (1024 - 64) * 16
+    s = op("conv2d", 13, 13, 1024, 37)
+    assert kernel("cpu", s, M).algorithm == "gemm-1x1"
+    assert blocking.cpu_gemm(s, M)[-1] == 10 * 1024 + 1792 * 48
+
+

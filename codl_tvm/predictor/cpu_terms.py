@@ -106,11 +106,55 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     ]
 
 
+def gemm_remote_panel_floats(pp: int, ocp: int, ic: int, mr: int, np_: int, cores: int) -> int:
+    """Floats of packed panels the busiest GEMM worker reads that other workers packed.
+
+    TVM's thread pool hands worker ``i`` of a parallel loop of ``n`` iterations the static
+    chunk ``[i * ch, (i + 1) * ch)``, ``ch = ceil(n / cores)`` (the parallel lambda computes
+    ``sdiv(n + num_task - 1, num_task)``). The GEMM loop fuses (pixel tile po, OC block o), o
+    innermost, so a chunk spans ``min(ch, ocp)`` weight panels ``[o, IC, mr]`` and the pixel
+    tiles its range crosses; the weight pack's loop (o, k) and the input pack's (po, k) left
+    each panel's rows in the caches of the workers that wrote them: a worker's own rows are
+    local, the rest cross cores. (Rows of panels: offsets in units of one k row.)"""
+    tasks = pp * ocp
+    ch = _cdiv(tasks, cores)
+    wch, xch = _cdiv(ocp * ic, cores), _cdiv(pp * ic, cores)  # the packs' chunks, in k rows
+    wall = ocp * ic
+    worst = w0 = x0 = 0  # w0, x0: first weight / input row the worker packed
+    # (branches instead of min/max: the predictor runs this for every prediction, 16 workers)
+    for a in range(0, tasks, ch):
+        n = tasks - a if a + ch > tasks else ch
+        w1, x1 = w0 + wch, x0 + xch
+        lo = a % ocp * ic
+        if n >= ocp:  # every weight panel
+            e = wall if w1 > wall else w1
+            w = wall - (e - w0 if e > w0 else 0)
+        elif lo + n * ic <= wall:  # panels o .. o + n - 1
+            e = lo + n * ic if w1 > lo + n * ic else w1
+            s = lo if lo > w0 else w0
+            w = n * ic - (e - s if e > s else 0)
+        else:  # wraps into the next pixel tile: panels o .. ocp - 1 and 0 ..
+            e = wall if w1 > wall else w1
+            s = lo if lo > w0 else w0
+            e2 = lo + n * ic - wall
+            e2 = e2 if w1 > e2 else w1
+            w = n * ic - (e - s if e > s else 0) - (e2 - w0 if e2 > w0 else 0)
+        p0, p1 = a // ocp * ic, ((a + n - 1) // ocp + 1) * ic  # its pixel tiles' rows
+        e = p1 if x1 > p1 else x1
+        s = p0 if p0 > x0 else x0
+        v = w * mr + (p1 - p0 - (e - s if e > s else 0)) * np_
+        if v > worst:
+            worst = v
+        w0, x0 = w1, x1
+    return worst
+
+
 def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     """gemm-1x1: tasks (mr channels, nv*lanes pixels); work = IC x mr x nv vector FMAs per
-    task and IC x nv input-panel loads from L2 once the panel spills L1; plus the input pack
-    (padded pixels), weight pack (every call) and unpack passes. (The accumulator init and
-    write-back per task fitted to 0 beside the panel loads and is left out.)"""
+    task and IC x nv input-panel loads; plus the input pack (padded pixels), weight pack
+    (every call) and unpack passes, and the panels a worker first fetches from the cores that
+    packed them. (The accumulator init and write-back per task fitted to 0 beside the panel
+    loads and is left out; so did a per-task cost beside the panel fetches.)"""
     c = conv_shape(s)
     mr, nv = tiling.gemm_tiles(c, m)
     np_ = nv * m.lanes
@@ -118,15 +162,21 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     waves = _cdiv(pp * ocp, m.cores)
     return [
         waves * s.IC * mr * nv,  # FMAs on the critical core
-        # input-panel vector loads from L2: every task streams its IC x np panel once, nv
-        # loads per IC step whatever mr (x86 hot loop of mr=1: one broadcast + 3 vfmadd231ps
-        # mem,zmm per IC step, 3 accumulator chains); once the panel spills L1 (IC >= 257 at
-        # np 48) small-mr tiles (OC prime: mr 1-3) are bound by these loads, not the FMAs
-        waves * s.IC * nv * _over_l1(s.IC * np_ * 4),
+        # input-panel vector loads: every task streams its IC x np panel once, nv loads per
+        # IC step whatever mr (x86 hot loop of mr=1: one broadcast + 3 vfmadd231ps mem,zmm per
+        # IC step, 3 accumulator chains: latency- and load-bound, not FMA-bound). With 16
+        # workers a gate at one L1 (IC >= 257) or half of one no longer fits the samples
+        # (68.4 / 72.9% acc10 on the split, 82.6% ungated)
+        waves * s.IC * nv,
         s.IC * pp * np_ / m.cores,  # input pack
         ocp * mr * s.IC / m.cores,  # weight pack
         s.out_elems / m.cores,  # unpack
-        waves,  # per task: its panels' first touch (an IC x np input panel, IC x mr weights)
+        # panels from other cores: the packs' parallel loops (o, k) and (po, k) leave each
+        # panel's rows with the workers that wrote them; the busiest GEMM worker fetches
+        # the rows of its chunk's distinct panels that it did not pack itself (13x13 1024->37:
+        # 148 tasks in chunks of 10: 2 input panels of 48 pixels, 10 one-channel weight
+        # panels; 0.69x the model with a per-task cost instead)
+        gemm_remote_panel_floats(pp, ocp, s.IC, mr, np_, m.cores),
     ]
 
 
