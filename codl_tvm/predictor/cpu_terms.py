@@ -73,11 +73,30 @@ def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
         vecs == 1 and xt == 14 and s.SW == 2 and s.KW >= 4)
 
 
+def conv_core_rows(s: OpSpec, m: Machine, tasks_per_row: int, tasks: int) -> int:
+    """Most output rows of the direct conv's tasks that one physical core runs.
+
+    TVM's parallel loop is chunked statically: worker ``i`` of the pool's ``m.cores``
+    runs tasks ``[i*c, (i+1)*c)``, ``c = ceil(tasks / cores)`` (the generated code computes
+    its range from ``num_task``; ``waves`` is ``c``). Workers ``2k, 2k+1`` are taken as the
+    two hyperthreads of one core (``CPU_SMT``; the guest shows no SMT topology, but the 1x1
+    samples fit pairs, 77%, and reject single workers, 65%), sharing its L2: a core runs the
+    contiguous ``CPU_SMT * c`` tasks of (channel block, row, column tile) order, and its rows
+    count once per row index, as a later channel block re-reads them from that L2."""
+    per_core = _cdiv(tasks, m.cores) * CPU_SMT
+    most = 0
+    for a in range(0, tasks, per_core):
+        b = min(tasks, a + per_core)
+        most = max(most, min(s.out_h, (b - 1) // tasks_per_row - a // tasks_per_row + 1))
+    return most
+
+
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
     per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
-    spills (:func:`conv_spills`); plus pad, weight-pack and unpack passes. (The accumulator
-    init and write-back per task fitted to nothing beside the spills.)"""
+    spills (:func:`conv_spills`); the input rows one core fetches (:func:`conv_core_rows`);
+    plus pad, weight-pack and unpack passes. (The accumulator init and write-back per task
+    fitted to nothing beside the spills.)"""
     vecs = 2 if s.OC > m.lanes else 1
     ocb = m.lanes * vecs
     xt = max(1, min((m.vector_regs - vecs - 2) // vecs, 14, s.out_w))
@@ -86,19 +105,29 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     waves = _cdiv(ocp * s.out_h * _cdiv(s.out_w, xt), m.cores)
     hp, wp = _padded_in(s, owp)
     red = s.reduction
+    nx = owp // xt
+    # input rows one core's L2 fetches (from L3 / the cores that ran the pad pass): every
+    # rc step of the hot loop broadcasts from the next padded input plane (H*wp*4 B on: a
+    # new page, beyond the stride prefetcher), so each input row a core's tasks touch comes
+    # in once (its other channel blocks and column tiles reuse it from the L2)
+    rows = conv_core_rows(s, m, nx, ocp * s.out_h * nx)
+    fetch = min(hp, (rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1) * s.IC * wp
+    k1 = s.KH * s.KW == 1
     return [
         waves * red * xt * vecs,  # FMAs on the critical core
         # register spills: LLVM fully unrolls the rx loop of a 3..5-wide window and keeps the
         # broadcast inputs the rx steps share (column x*SW + rx); with the register file
         # full it spills accumulators and broadcasts: ~20-30 stack stores + reloads per
         # (rc, ry) step of 84-140 FMAs (47x47 34->214 k3s2 ran 0.85x the model without this)
-        waves * s.IC * s.KH * conv_spills(s, m, vecs, xt),
+        # (never for 1x1, whose model takes the input fetch in this slot instead)
+        fetch if k1 else waves * s.IC * s.KH * conv_spills(s, m, vecs, xt),
         s.IC * hp * wp / m.cores,  # padded input copy
         ocp * ocb * red / m.cores,  # weight pack (every call)
         s.out_elems / m.cores,  # unpack
         # weight vector loads of the critical core once a task's packed weight panel
         # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
         waves * red * vecs * _over_l1(ocb * red * 4),
+        0.0 if k1 else fetch,  # the input fetch of the KxK model (see the second term)
         # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
