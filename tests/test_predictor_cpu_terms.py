@@ -241,8 +241,9 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old, new = load(tmp_path / "old.json"), load(shipped)
     assert old.machine_.cpu_stream_bytes == 0  # the rule: L2s of 8 cores, 16 MB
-    assert new.machine_.cpu_stream_bytes <= L2_TOTAL  # learned from the samples: 12 MB
-    s = op("elementwise", 150, 150, 96, 96)  # 17 MB: streamed under both
+    # learned from the samples: 24 MB since TVM's pool runs 16 workers (12 MB with 8)
+    assert L2_TOTAL <= new.machine_.cpu_stream_bytes <= 2 * L2_TOTAL
+    s = op("elementwise", 250, 250, 96, 96)  # 48 MB: streamed under both
     assert old.kernel_us("cpu", s) == pytest.approx(new.kernel_us("cpu", s))
 
 
