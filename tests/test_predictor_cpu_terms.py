@@ -96,11 +96,15 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
     assert t[5] == (waves * s.reduction * (ocb // M.lanes) if spills else 0.0)
 
 
-def test_winograd_weight_panel_beyond_l1() -> None:
-    small, big = op("conv2d", 28, 28, 64, 128, 3), op("conv2d", 28, 28, 512, 512, 3)
-    assert kernel("cpu", big, M).algorithm == "winograd-2x2-3x3"
-    assert blocking.cpu_winograd(small, M)[-1] == 0.0  # 64 x 32 floats: 8 KB
-    assert blocking.cpu_winograd(big, M)[-1] > 0.0  # 512 x 32 floats: 64 KB
+def test_winograd_weight_transform_costs_more_within_the_l2s() -> None:
+    """U (16 x OC x IC floats) within the L2s of cores/2 physical cores (16 MiB on 16 vCPUs)
+    moves core to core between the weight transform and the GEMM: an extra unit time."""
+    fits, out = op("conv2d", 14, 14, 512, 512, 3), op("conv2d", 13, 13, 1024, 1024, 3)
+    for s in (fits, out):
+        assert kernel("cpu", s, M).algorithm == "winograd-2x2-3x3"
+    t = blocking.cpu_winograd(fits, M)
+    assert t[1] == t[3] > 0.0  # 16 x 512 x 512 floats: 16 MiB
+    assert blocking.cpu_winograd(out, M)[1] == 0.0  # 64 MiB
 
 
 def test_gemm_task_waves_are_the_mirrors_blocks() -> None:

@@ -33,6 +33,7 @@ CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of 
 # documented size is kept.
 CPU_PAGE_BYTES = 4096
 CPU_STLB_ENTRIES = 2048
+STLB_WALK_LINES = 4  # a page walk of a GEMV row visit, in line times (fits 2.7-4)
 # The last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest
 # reports a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element
 # than one of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
@@ -213,20 +214,31 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     """winograd-2x2-3x3: 16 x OC blocks x tile blocks GEMM tasks of IC x pt x ocb/lanes
     vector FMAs; input, weight (every call) and output transforms as parallel passes. (The
     input transform's 16 stores per tile no longer conflict in one L1 set: the schedule skews
-    V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``.)"""
+    V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``. The accumulator init + write-back per
+    task fitted to 0 on the 16-worker samples and is left out.)"""
     c = conv_shape(s)
     ocb, pt = tiling.winograd_tiles(c, m)
     th, tw = tiling.winograd_grid(c)
     pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
     waves = _cdiv(16 * ocp * pp, m.cores)
+    u_units = 16 * ocp * ocb * s.IC / m.cores
+    l2s = max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
     return [
         waves * s.IC * pt * vecs,  # FMAs on the critical core
-        waves * pt * vecs,  # accumulator init + write-back per task
+        # U (16 x OC x IC floats) that fits the L2s of the cores/2 physical cores stays there
+        # between its writers and readers: the weight transform's workers own (OC block, IC)
+        # chunks of all 16 planes, the GEMM's 16 x OC-block x tile-block tasks fall to the 16
+        # workers one plane each (static chunks of OC blocks x tile blocks tasks), so nearly
+        # every U line moves core to core, modified, and back for the next call's stores (an
+        # RFO that invalidates the reader's copy). A larger U goes out to L3 between the two
+        # and streams: ~1.05 ns per unit beyond 16 MiB, ~1.54 within (YOLO-V2 13x13 512->1024
+        # .. 1536->1024 ran 1.14-1.52x faster than the single-regime fit)
+        u_units * (16 * ocp * ocb * s.IC * 4 <= l2s),
         16 * s.IC * pp * pt / m.cores,  # pad + input transform
-        16 * ocp * ocb * s.IC / m.cores,  # weight transform
+        u_units,  # weight transform
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
-        # weight vector loads once a task's IC x ocb weight panel spills L1 (as cpu_conv)
-        waves * s.IC * vecs * _over_l1(s.IC * ocb * 4),
+        # (the weight vector loads of a task whose IC x ocb panel spills L1, as in cpu_conv,
+        # fitted to 0.1 ns beside the U term and moved no +-10% outcome: left out)
     ]
 
 
@@ -286,13 +298,26 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
     waves = _cdiv(tasks, m.cores) if tasks else 0
     row_bytes = min(4 * s.OC, CPU_PAGE_BYTES)  # of a weight row's page that a pass touches
     stlb_miss = s.IC * row_bytes > CPU_STLB_ENTRIES * CPU_PAGE_BYTES
+    lines = per_task * (vb // m.lanes)  # 64-byte lines a task reads of each weight row
+    stlb_visits = waves * s.IC * row_bytes / CPU_PAGE_BYTES * stlb_miss
     return [
-        waves * per_task * (vb // m.lanes) * s.IC,  # vector loads + FMAs, critical thread
+        waves * lines * s.IC,  # vector loads + FMAs, critical thread
         _cdiv(tail, m.cores) * s.IC,  # scalar tail column walks
         float(bool(tail)),  # the tail's fork-join
         float(tasks > 1),  # the main part's fork-join (one task: serial code, no launch)
+        # per task of the critical worker (static chunks of ceil(tasks/16) tasks): each task
+        # calls TVMBackendAllocWorkspace/FreeWorkspace for its accumulator tile (in the task
+        # loop of the compiled parallel lambda), restarts a row-strided stream and writes back
+        # its 32 x per_task outputs; fitted 1.1 us, more than those calls alone should cost
+        # (how it splits between them was not measured)
+        waves,
         s.IC * s.OC / m.cores,  # the weight, over all cores
-        waves * s.IC * row_bytes / CPU_PAGE_BYTES * stlb_miss,  # STLB misses, critical thread
+        # STLB misses, critical thread: a page walk per row visit and the visit's lines,
+        # which past the STLB's reach come from L3/DRAM (no L2 residency across calls) and,
+        # the L2 streamer stopping at each 4 KiB page, as demand misses. 16 workers streamed
+        # 4.0-4.3 ns a line each (12544x4096, 25088x2048: ~240 GB/s) and a visit of 2 lines
+        # took 17-20 ns (4096..25088 x 2867): a walk costs about STLB_WALK_LINES lines
+        stlb_visits * (lines + STLB_WALK_LINES),
     ]
 
 
