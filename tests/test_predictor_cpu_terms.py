@@ -141,12 +141,14 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
     # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
-    # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; floors ~4 points under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.67
+    # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; session 8 (all CPU
+    # rows re-measured with TVM's pool at 16 workers; panel, row and page terms of TVM's
+    # static chunks) 76.7%; floors ~2-4 points under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.73
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.67), ("VGG-16", 0.77), ("POSENET", 0.76)])
+                         [("YOLO-V2", 0.74), ("VGG-16", 0.80), ("POSENET", 0.78)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
