@@ -123,10 +123,18 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     per k over the padded IC, over the SM's warp schedulers: a 64x64 block of 8 warps issues
     twice what a 64x32 block of 4 does, as in :func:`gpu_tiled`), the input / weight / output
     transforms as memory passes, and the latency of the K steps (waves of *resident* blocks x
-    K steps), twice over for a ragged tile column (bounds-checked loads). Both shared tiles
-    are stored along M / N (``weights_along_k=False``): no bank conflicts, no staging term
-    (it fitted to zero once the FMAs were counted per warp). Its 4 launches are a constant:
-    t0 holds them."""
+    K steps), again for the share of them whose ``U`` tile comes from DRAM. The GEMM is single
+    buffered (``__syncthreads``, the ``U``/``V`` tile loads, ``__syncthreads``, the FMAs: each
+    step waits on its loads) and reads ``U`` in K order, the order the weight transform wrote
+    it in just before; once ``g`` + ``U`` (25 floats per (ic, oc)) outgrow the share of the L2
+    a pass keeps (:data:`POOL_L2_SHARE`, as the pools), the early K rows are gone when the
+    GEMM wants them and a step waits on DRAM, the share of the footprint beyond that L2 share
+    (YOLO-V2's 13x13 layers, 31-157 MB: 0.82-0.86x under with the in-L2 step alone, whatever
+    the OC split). Both shared tiles are stored along M / N (``weights_along_k=False``): no
+    bank conflicts, no staging term (it fitted to zero once the FMAs were counted per warp).
+    A ragged tile column (bounds-checked ``V`` loads) earns no term of its own (dropped alone:
+    split -0.3 points, YOLO-V2 +1.2, POSENET -0.9). Its 4 launches are a constant: t0 holds
+    them."""
     # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
     # differently than now (the predicate is the mirror's business, not the terms')
     row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
@@ -135,13 +143,15 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     blocks = 16 * _cdiv(s.OC, t.bm) * _cdiv(tiles, t.bn)
     kp = _cdiv(s.IC, t.bk) * t.bk
     steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
+    weights = 16 * s.IC * s.OC + s.IC * s.OC * 9  # g read and U written, in floats
+    from_dram = max(0.0, 1.0 - POOL_L2_SHARE * m.l2_bytes / (4.0 * weights))
     return [
         _cdiv(blocks, m.sms) * (t.threads // 32) * t.tm * t.tn * kp / SMSPS,  # FMA issue
         s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
-        16 * s.IC * s.OC + s.IC * s.OC * 9,  # weight transform (every call): read g, write U
+        weights,  # weight transform (every call): read g, write U
         16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
         steps,  # K-step latency, critical SM
-        steps * (tiles % t.bn != 0),  # ragged tile column
+        steps * from_dram,  # K steps waiting on U from DRAM
     ]
 
 
