@@ -326,3 +326,23 @@ def test_direct_conv_fetch_counts_rows_per_core_pair() -> None:
     tall = op("conv2d", 84, 84, 192, 64, k=1)  # 2 blocks x 84 rows x 6 tiles: 126 a core, 21 rows
     assert conv_core_rows(tall, M, 6, 2 * 84 * 6) == 21
     assert blocking.cpu_conv(wide, M)[1] == 26 * 416 * 28  # k1: the fetch, no spills
+
+
+def test_direct_conv_unpack_and_panels_follow_the_static_chunks() -> None:
+    """Regression (session 8): the conv's (channel block, row, column tile) tasks and the
+    unpack's (channel block, row) tasks are chunked statically over the 16 workers, each loop
+    on its own. Where the chunks disagree the unpack reads tiles another worker wrote (POSENET's
+    27x256 3->64 row split: 801 of 1026 tiles, 1.27x the model without this; a one-block
+    channel split lines up). Each worker first streams the weight panels its chunk spans,
+    which the weight pack spread over all workers (POSENET 13x32 128->128 k7: 2 panels at
+    most, 19 in all); the two rates are the core's and the shared L3's."""
+    from codl_tvm.predictor.cpu_terms import conv_core_panels, conv_unpack_remote_tiles
+
+    assert conv_unpack_remote_tiles(2, 27, 19, 16) == 801
+    assert conv_unpack_remote_tiles(1, 256, 19, 16) == 0
+    first = op("conv2d", 29, 258, 3, 64, k=3)  # 27x256 out: 2 blocks x 27 rows x 19 tiles
+    assert blocking.cpu_conv(first, M)[-4] == 801 * 14 * 32 / 16
+    k7 = op("conv2d", 19, 38, 128, 128, k=7)  # 13x32 out: 4 blocks x 13 rows x 3 tiles
+    assert conv_core_panels(4, 13 * 3, 16) == (2, 16 + 3)  # chunks of 10 cross 3 blocks' ends
+    assert blocking.cpu_conv(k7, M)[-3:-1] == [2 * 32 * 128 * 49, 19 * 32 * 128 * 49 / 16]
+    assert blocking.cpu_conv(op("conv2d", 26, 26, 416, 640), M)[-3:-1] == [0.0, 0.0]  # 1x1

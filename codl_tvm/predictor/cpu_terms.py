@@ -92,11 +92,50 @@ def conv_core_rows(s: OpSpec, m: Machine, tasks_per_row: int, tasks: int) -> int
     return most
 
 
+def conv_unpack_remote_tiles(ocp: int, out_h: int, nx: int, cores: int) -> int:
+    """Register tiles of the packed conv result that the unpack reads from another worker.
+
+    The conv's parallel loop runs (channel block, row, column tile) tasks, the unpack's
+    (channel block, row) tasks (:func:`unpack_by_block`), each chunked statically: worker
+    ``w`` runs conv tasks ``[w*cw, (w+1)*cw)`` and unpacks rows ``[w*cu, (w+1)*cu)`` (``cw``,
+    ``cu`` = ceil(tasks / cores)). A packed row's tile stays in the L2 of the worker that
+    wrote it; where the two chunkings disagree (several channel blocks, or rows that do not
+    divide evenly) the unpack reads it across cores. Returns the total over the workers."""
+    tasks, rows = ocp * out_h * nx, ocp * out_h
+    cw, cu = _cdiv(tasks, cores), _cdiv(rows, cores)
+    remote = 0
+    for w in range(cores):
+        a, b = w * cu * nx, min(rows, (w + 1) * cu) * nx  # conv tasks of its unpack rows
+        if b <= a:
+            break
+        own = min(b, (w + 1) * cw) - max(a, w * cw)
+        remote += b - a - (own if own > 0 else 0)
+    return remote
+
+
+def conv_core_panels(ocp: int, tasks_per_block: int, cores: int) -> tuple[int, int]:
+    """Weight panels (channel blocks) the workers' chunks of conv tasks span: (the most one
+    worker's chunk spans, the sum over the workers).
+
+    Tasks run in (channel block, row, column tile) order, ``tasks_per_block`` per block, and
+    worker ``w`` gets ``[w*c, (w+1)*c)``, ``c = ceil(tasks / cores)``."""
+    tasks = ocp * tasks_per_block
+    c = _cdiv(tasks, cores)
+    most = total = 0
+    for a in range(0, tasks, c):
+        b = min(tasks, a + c)
+        n = (b - 1) // tasks_per_block - a // tasks_per_block + 1
+        most, total = max(most, n), total + n
+    return most, total
+
+
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
     per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
     spills (:func:`conv_spills`); the input rows one core fetches (:func:`conv_core_rows`);
-    plus pad, weight-pack and unpack passes. (The accumulator init and write-back per task
+    the weight panels one worker streams in (:func:`conv_core_panels`); plus pad,
+    weight-pack and unpack passes, and the packed tiles the unpack reads from other workers
+    (:func:`conv_unpack_remote_tiles`). (The accumulator init and write-back per task
     fitted to nothing beside the spills.)"""
     vecs = 2 if s.OC > m.lanes else 1
     ocb = m.lanes * vecs
@@ -114,6 +153,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     rows = conv_core_rows(s, m, nx, ocp * s.out_h * nx)
     fetch = min(hp, (rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1) * s.IC * wp
     k1 = s.KH * s.KW == 1
+    panels = conv_core_panels(ocp, s.out_h * nx, m.cores)
     return [
         waves * red * xt * vecs,  # FMAs on the critical core
         # register spills: LLVM fully unrolls the rx loop of a 3..5-wide window and keeps the
@@ -129,6 +169,23 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
         waves * red * vecs * _over_l1(ocb * red * 4),
         0.0 if k1 else fetch,  # the input fetch of the KxK model (see the second term)
+        # unpack reads of packed tiles another worker's conv tasks wrote (from its L2, across
+        # the mesh), per core (:func:`conv_unpack_remote_tiles`): the unpack is ~45% of the
+        # IC=3 first layers, whose row splits of two channel blocks misalign the chunks
+        # (POSENET 27x256 3->64: 78% of the tiles, ran 1.27x the model without this; the
+        # channel splits of one block line up exactly); the 1x1 model fits it to zero
+        0.0 if k1 else conv_unpack_remote_tiles(ocp, s.out_h, nx, m.cores) * xt * ocb / m.cores,
+        # the weight panels (ocb x IC*KH*KW floats each) the workers' tasks span
+        # (:func:`conv_core_panels`): the weight pack's parallel (o, ci, r, s) loop spread
+        # every panel over all the workers, so a conv worker's first sweep of each streams it
+        # from the other cores' L2s / L3: the busiest worker's panels at a core's rate (fits
+        # ~43 GB/s), and all the workers' streams through the shared L3 / mesh (their sum per
+        # core; fits ~170 GB/s in all). 4x4 2616->25 (one 1.3 MB panel, 5 workers) and ->36
+        # (two, 10 workers) do the same work per worker, the second 1.25-1.35x slower. With
+        # these the L1-spill term above fits ~80 GB/s, an L2 rate, instead of 34; the 1x1
+        # model fits both to zero
+        0.0 if k1 else panels[0] * ocb * red,
+        0.0 if k1 else panels[1] * ocb * red / m.cores,
         # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
