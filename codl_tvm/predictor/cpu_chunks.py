@@ -30,9 +30,10 @@ def conv_core_rows(s: OpSpec, m: Machine, tasks_per_row: int, tasks: int) -> int
     per_core = _cdiv(tasks, m.cores) * CPU_SMT
     most = 0
     for a in range(0, tasks, per_core):
-        b = min(tasks, a + per_core)
-        most = max(most, min(s.out_h, (b - 1) // tasks_per_row - a // tasks_per_row + 1))
-    return most
+        b = tasks if a + per_core > tasks else a + per_core
+        n = (b - 1) // tasks_per_row - a // tasks_per_row + 1
+        most = n if n > most else most
+    return most if most < s.out_h else s.out_h
 
 
 def conv_unpack_remote_tiles(ocp: int, out_h: int, nx: int, cores: int) -> int:
@@ -46,12 +47,17 @@ def conv_unpack_remote_tiles(ocp: int, out_h: int, nx: int, cores: int) -> int:
     divide evenly) the unpack reads it across cores. Returns the total over the workers."""
     tasks, rows = ocp * out_h * nx, ocp * out_h
     cw, cu = _cdiv(tasks, cores), _cdiv(rows, cores)
+    if cw == cu * nx:  # the chunkings coincide
+        return 0
     remote = 0
+    # (conditionals, not min/max: every prediction of a conv runs this loop)
     for w in range(cores):
-        a, b = w * cu * nx, min(rows, (w + 1) * cu) * nx  # conv tasks of its unpack rows
+        e = (w + 1) * cu
+        a, b = w * cu * nx, (rows if e > rows else e) * nx  # conv tasks of its unpack rows
         if b <= a:
             break
-        own = min(b, (w + 1) * cw) - max(a, w * cw)
+        lo, hi = w * cw, (w + 1) * cw
+        own = (b if b < hi else hi) - (a if a > lo else lo)
         remote += b - a - (own if own > 0 else 0)
     return remote
 
@@ -66,9 +72,10 @@ def conv_core_panels(ocp: int, tasks_per_block: int, cores: int) -> tuple[int, i
     c = _cdiv(tasks, cores)
     most = total = 0
     for a in range(0, tasks, c):
-        b = min(tasks, a + c)
+        b = tasks if a + c > tasks else a + c
         n = (b - 1) // tasks_per_block - a // tasks_per_block + 1
-        most, total = max(most, n), total + n
+        most = n if n > most else most
+        total += n
     return most, total
 
 
