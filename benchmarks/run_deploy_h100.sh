@@ -3,7 +3,8 @@
 # runtime (issue 7, "Measured"): (1) runtime-only in-process, (2) `python -m codl_tvm.runtime`,
 # (3) over tvm.rpc on 127.0.0.1 (server: python -m codl_tvm.deploy.server, runtime-only).
 # Same inputs everywhere; outputs compared to (1); times are medians of the VM time_evaluator
-# (for RPC: timed on the server). Writes $OUT/deploy-h100.json and prints a table. < 3 min.
+# (for RPC: timed on the server); the CPU pool's workers in-process and in the RPC session
+# (the artifact's num-cores). Writes $OUT/deploy-h100.json and prints a table. < 3 min.
 #
 # Build here first (full TVM; no GPU needed), then pack the runtime:
 #   PYTHONPATH=$PWD python3 -c 'import codl_tvm as c; from codl_tvm import zoo, Plan
@@ -38,7 +39,10 @@ x = r.random_inputs(0)
 np.savez(f"{work}/x.npz", **x)
 outs = r.run(x)
 np.savez(f"{work}/inproc.npz", **{f"output_{i}": o for i, o in enumerate(outs)})
-json.dump({"median_ms": r.time(x, repeat=repeat) * 1e3, "load_s": load_s},
+import tvm
+json.dump({"median_ms": r.time(x, repeat=repeat) * 1e3, "load_s": load_s,
+           "cpu_threads": r.cpu_threads,
+           "tvm_num_threads": tvm.get_global_func("runtime.NumThreads")()},
           open(f"{work}/inproc.json", "w"))
 PY
 
@@ -66,7 +70,8 @@ with rpc.load_remote(rpc.connect(rpc=addr, timeout_s=60), art) as r:
     run_roundtrip_ms = (time.perf_counter() - t1) * 1e3
     np.savez(f"{work}/rpc.npz", **{f"output_{i}": o for i, o in enumerate(outs)})
     json.dump({"median_ms": r.time(x, repeat=repeat) * 1e3, "load_s": load_s, "mode": r.mode,
-               "run_roundtrip_ms": run_roundtrip_ms}, open(f"{work}/rpc.json", "w"))
+               "run_roundtrip_ms": run_roundtrip_ms, "cpu_threads": r.cpu_threads},
+              open(f"{work}/rpc.json", "w"))
 PY
 
 python3 - "$ART" "$work" "$OUT" <<'PY'
