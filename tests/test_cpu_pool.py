@@ -52,6 +52,16 @@ def test_the_users_variable_wins_with_a_warning():
     assert "TVM_NUM_THREADS=1 overrides the CPU target's num-cores 3" in proc.stderr
 
 
+@pytest.mark.parametrize("bad", ["abc", "0", "-2"])
+def test_a_broken_variable_is_one_clear_error(bad: str):
+    base = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", POOL + "use_cpu_threads(2)"], capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(base, PYTHONPATH=str(ROOT), TVM_NUM_THREADS=bad))
+    assert proc.returncode != 0
+    assert f"TVM_NUM_THREADS='{bad}' is not a positive whole number" in proc.stderr
+
+
 def test_a_pool_built_before_cannot_grow_and_says_so():
     proc = _run(POOL + "d = n(); print(d, use_cpu_threads(d + 1))")
     before, after = proc.stdout.split()

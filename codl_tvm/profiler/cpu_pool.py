@@ -43,7 +43,7 @@ def use_cpu_threads(num_threads: int | None, remote: Any = None) -> int | None:
     if not num_threads:
         return None
     if remote is None:
-        wanted = int(os.environ.get(ENV) or 0) or num_threads
+        wanted = _env_threads() or num_threads
         if wanted != num_threads:
             warnings.warn(f"{ENV}={wanted} overrides the CPU target's num-cores {num_threads}",
                           stacklevel=2)  # fmt: skip
@@ -60,6 +60,16 @@ def use_cpu_threads(num_threads: int | None, remote: Any = None) -> int | None:
             stacklevel=2,
         )
     return got
+
+
+def _env_threads() -> int | None:
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        # TVM would read it with atoi: "abc" and "0" silently mean something else
+        raise ValueError(f"{ENV}={text!r} is not a positive whole number of CPU workers")
+    return int(text)
 
 
 def _remote_threads(remote: Any, num_threads: int) -> int:
