@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from codl_tvm import tiling
-from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, make
+from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, cpu_terms, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.mirror import Machine, conv_shape, eltwise_gathered_passes, kernel
@@ -194,6 +194,26 @@ def test_gemv_stlb_term_starts_past_the_tlb_reach() -> None:
     assert blocking.cpu_dense(op("dense", 1, 1, reach_rows + 1, 1024), M)[-1] > 0.0
     # narrow rows touch less than a page each: the same IC stays within reach
     assert blocking.cpu_dense(op("dense", 1, 1, 2 * reach_rows, 512), M)[-1] == 0.0
+
+
+def test_gemv_rows_off_a_line_split_their_vector_loads() -> None:
+    """Weight rows are 4*OC bytes apart: unless 16 | OC most rows start off a 64-byte line, so
+    each 64-byte vfmadd231ps load of such a row is a cache-line split (4096 x 2867: rows 11468
+    B apart, 15 in 16 off a line; 4096 x 1000: rows 4000 B apart, every other row)."""
+    aligned, half, most = (blocking.cpu_dense(op("dense", 1, 1, 1024, n), M)[0]
+                           for n in (1008, 1000, 1001))  # the same 31 column blocks
+    assert half == 1.5 * aligned
+    assert most == (1 + 15 / 16) * aligned
+
+
+def test_gemv_stlb_visit_costs_its_walk_or_its_lines() -> None:
+    """Past the STLB's reach a row visit costs the longer of its page walk (STLB_WALK_LINES
+    line times) and its lines (4096..25088 x 2867: 17-20 ns a visit of 3 lines; x2048 and
+    x4096: 4.0-4.3 ns a line of 8 or 16)."""
+    t = blocking.cpu_dense(op("dense", 1, 1, 4096, 4096), M)
+    assert t[-1] == t[0]  # aligned rows: 16 lines a visit, longer than the walk
+    t = blocking.cpu_dense(op("dense", 1, 1, 4096, 2867), M)
+    assert t[-1] == t[4] * 4096 * cpu_terms.STLB_WALK_LINES  # 2 + 15/16 lines: the walk
 
 
 def test_eltwise_reads_from_dram_only_past_the_last_level_cache() -> None:

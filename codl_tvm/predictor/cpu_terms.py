@@ -8,6 +8,8 @@ compiled code on the H100 host's Sapphire Rapids (assembly of the LLVM output). 
 
 from __future__ import annotations
 
+import math
+
 from codl_tvm import tiling
 from codl_tvm.predictor.cpu_chunks import (
     CPU_SMT,
@@ -39,7 +41,7 @@ CPU_L2_BYTES_PER_CORE = 2 << 20
 # documented size is kept.
 CPU_PAGE_BYTES = 4096
 CPU_STLB_ENTRIES = 2048
-STLB_WALK_LINES = 4  # a page walk of a GEMV row visit, in line times (fits 2.7-4)
+STLB_WALK_LINES = 4  # a page walk of a GEMV row visit, in line times (17 ns / 4.2 ns)
 # The last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest
 # reports a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element
 # than one of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
@@ -254,7 +256,8 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
     """gemv: tasks of up to 16 column blocks streaming the weight rows (every core a task
     once the weight is large), scalar tail columns. A parallel loop of one task compiles to
     serial code, so a fork-join is paid only by a main part of several tasks and by a tail.
-    Beyond the second-level TLB's reach every page a pass touches misses."""
+    Beyond the second-level TLB's reach every page a pass touches misses. Rows of an OC not
+    a multiple of 16 start off a 64-byte line: their vector loads split lines."""
     vb = tiling.matmul_vector_block(s.OC, m.lanes)
     blocks = s.OC // vb
     per_task = gemv_blocks_per_task(s, m)
@@ -264,9 +267,14 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
     row_bytes = min(4 * s.OC, CPU_PAGE_BYTES)  # of a weight row's page that a pass touches
     stlb_miss = s.IC * row_bytes > CPU_STLB_ENTRIES * CPU_PAGE_BYTES
     lines = per_task * (vb // m.lanes)  # 64-byte lines a task reads of each weight row
-    stlb_visits = waves * s.IC * row_bytes / CPU_PAGE_BYTES * stlb_miss
+    # rows are 4*OC bytes apart (b[k, j], 64-byte aligned base): unless 16 | OC most rows start
+    # off a line, so each 64-byte vfmadd231ps load of a row is a cache-line split and a visit
+    # of `lines` loads spans lines + 1 lines (fraction of misaligned rows: 1 - gcd(OC%16, 16)/16)
+    off = s.OC % 16
+    split = 1.0 - math.gcd(off, 16) / 16 if off else 0.0
     return [
-        waves * lines * s.IC,  # vector loads + FMAs, critical thread
+        # vector loads + FMAs, critical thread; a split load takes two L1 accesses
+        waves * lines * (1 + split) * s.IC,
         _cdiv(tail, m.cores) * s.IC,  # scalar tail column walks
         float(bool(tail)),  # the tail's fork-join
         float(tasks > 1),  # the main part's fork-join (one task: serial code, no launch)
@@ -277,12 +285,14 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
         # (how it splits between them was not measured)
         waves,
         s.IC * s.OC / m.cores,  # the weight, over all cores
-        # STLB misses, critical thread: a page walk per row visit and the visit's lines,
-        # which past the STLB's reach come from L3/DRAM (no L2 residency across calls) and,
-        # the L2 streamer stopping at each 4 KiB page, as demand misses. 16 workers streamed
-        # 4.0-4.3 ns a line each (12544x4096, 25088x2048: ~240 GB/s) and a visit of 2 lines
-        # took 17-20 ns (4096..25088 x 2867): a walk costs about STLB_WALK_LINES lines
-        stlb_visits * (lines + STLB_WALK_LINES),
+        # past the STLB's reach, per row visit of the critical thread: the weight comes from
+        # L3/DRAM as demand misses (no L2 residency across calls; the L2 streamer stops at
+        # each 4 KiB page) and each visit's page needs a walk. Walks and line fetches of
+        # different rows overlap out of order, so a visit costs the longer of its page walk
+        # (~17 ns: STLB_WALK_LINES line times; 4096..25088 x 2867, 3 lines) and its lines
+        # (~4.2 ns each with both hyperthreads streaming: x2048, x4096 at 4.0-4.3 ns)
+        waves * s.IC * max(lines + split, STLB_WALK_LINES * row_bytes / CPU_PAGE_BYTES)
+        * stlb_miss,
     ]
 
 
