@@ -5,7 +5,7 @@
 - a *streamed* pass (pool, elementwise, GEMV weight) once its working set exceeds the L2s of
   the cores, priced per byte per core, 0 below;
 - weight loads from L2 when a task's weight panel spills L1 (direct NCHWc, Winograd);
-- a fixed cost per task wave (pool rows, GEMM tasks);
+- a fixed cost per task wave (GEMV tasks);
 - the pool's row loop as LLVM vectorizes it (short rows and remainders scalar), the
   depthwise kernel's stride-2 window steps (gathered input vectors) apart from stride 1.
 
@@ -50,7 +50,8 @@ def test_pool_streams_only_beyond_the_l2s() -> None:
     assert blocking.cpu_pool(small, M)[-1] == 0.0
     bytes_big = (big.IC * big.H * big.W + big.out_elems) * 4
     assert bytes_big > L2_TOTAL
-    assert blocking.cpu_pool(big, M)[-1] == pytest.approx(bytes_big / M.cores)
+    # a hinge: each core's L2 keeps its share of the static chunks, the excess streams
+    assert blocking.cpu_pool(big, M)[-1] == pytest.approx((bytes_big - L2_TOTAL) / M.cores)
 
 
 def test_eltwise_streams_past_the_l2s() -> None:
@@ -72,6 +73,28 @@ def test_pool_rows_vectorize_as_llvm_does(ow: int, vector: int, scalar: int) -> 
     waves = math.ceil(s.OC * s.out_h / M.cores)
     terms = blocking.cpu_pool(s, M)
     assert terms[:2] == [waves * vector * 9, waves * scalar * 9]
+
+
+@pytest.mark.parametrize(("ow", "vector", "scalar"), [(63, 8, 3), (27, 3, 3), (28, 4, 0),
+                                                      (15, 0, 15)])
+def test_pool_stride_one_remainders_run_four_wide(ow: int, vector: int, scalar: int) -> None:
+    """At stride 1 LLVM runs the remainder past the 8-float vectors 4 wide (64x64 k2s1: 6 ymm
+    + 3 xmm + 3 scalar outputs a row), at stride 2 it stays scalar (the test above)."""
+    s = op("pool_max", ow + 1, ow + 1, 64, 64, k=2, s=1)
+    waves = math.ceil(s.OC * s.out_h / M.cores)
+    assert blocking.cpu_pool(s, M)[:2] == [waves * vector * 4, waves * scalar * 4]
+
+
+@pytest.mark.parametrize(("w", "k", "st", "per_vector"), [(128, 2, 2, 0), (104, 2, 2, 2),
+                                                         (367, 3, 2, 3), (64, 2, 1, 0),
+                                                         (29, 3, 1, 9)])
+def test_pool_int32_address_steps(w: int, k: int, st: int, per_vector: int) -> None:
+    """Rows whose input width is not a power of two recompute each vector load's int32
+    address (leal + movslq): once per window row at stride 2, once per window step at 1."""
+    s = op("pool_max", w, w, 64, 64, k=k, s=st)
+    waves = math.ceil(s.OC * s.out_h / M.cores)
+    vec = s.out_w // 8 + (s.out_w % 8 // 4 if st == 1 else 0)
+    assert blocking.cpu_pool(s, M)[3] == waves * vec * per_vector
 
 
 def test_depthwise_stride_two_steps_have_their_own_unit() -> None:
@@ -143,13 +166,14 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
     # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; session 8 (all CPU
     # rows re-measured with TVM's pool at 16 workers; panel, row and page terms of TVM's
-    # static chunks) 76.7%, 81.1% with the direct conv's unpack and panel terms; floors ~2-4
-    # points under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.78
+    # static chunks) 76.7%, 81.1% with the direct conv's unpack and panel terms, 85.0% with
+    # the GEMV split loads and the pool / elementwise terms of LLVM's code; floors ~2-4 points
+    # under
+    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.82
 
 
 @pytest.mark.parametrize(("model", "floor"),
-                         [("YOLO-V2", 0.76), ("VGG-16", 0.84), ("POSENET", 0.81)])
+                         [("YOLO-V2", 0.76), ("VGG-16", 0.87), ("POSENET", 0.86)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
     assert _acc10(*split_models(rows, [model])) >= floor
 
@@ -268,7 +292,8 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old, new = load(tmp_path / "old.json"), load(shipped)
     assert old.machine_.cpu_stream_bytes == 0  # the rule: L2s of 8 cores, 16 MB
-    # learned from the samples: 24 MB since TVM's pool runs 16 workers (12 MB with 8)
+    # learned from the samples: 16 MB (the 8 cores' L2s) with 16 workers and gradual pool
+    # overflow; 24 MB before that term, 12 MB with 8 workers
     assert L2_TOTAL <= new.machine_.cpu_stream_bytes <= 2 * L2_TOTAL
     s = op("elementwise", 250, 250, 96, 96)  # 48 MB: streamed under both
     assert old.kernel_us("cpu", s) == pytest.approx(new.kernel_us("cpu", s))

@@ -63,6 +63,17 @@ def _streamed(pass_bytes: int, m: Machine) -> float:
     return pass_bytes / m.cores if pass_bytes > limit else 0.0
 
 
+def _streamed_excess(pass_bytes: int, m: Machine) -> float:
+    """Bytes per core of a parallel pass beyond the cores' caches (the limit of
+    :func:`_streamed`), a hinge: TVM's static chunks hand every worker the same slice of the
+    pass on every call, so each core's L2 still holds about its size of the two workers'
+    slices and only the excess streams from L3. The pools' time per byte rises gradually
+    from 16 MB (the 8 cores' L2s, the limit the samples now pick): 256x256x64 (20 MB) ran
+    0.55-0.76x the step model at 24 MB, and 1.2-1.3x it at 16 MB."""
+    limit = m.cpu_stream_bytes or max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    return max(0.0, pass_bytes - limit) / m.cores
+
+
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
     """Rows, cols of the padded input the CPU kernels copy (whole register tiles)."""
     d = s.dilation
@@ -238,17 +249,31 @@ LLVM_MAX_VF = 8
 def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
     """pool: one task per (channel, row), the window unrolled inside the row loop, which LLVM
     vectorizes (short rows and remainders scalar: 15x15x3537 avg pools ~5x slower per
-    output); a fixed cost per row task; input + output streamed beyond the L2s."""
+    output; a stride-1 remainder 4 wide); the index arithmetic of rows whose input width is
+    not a power of two; the input + output beyond the L2s streamed (:func:`_streamed_excess`).
+    (A fixed cost per row task fitted to 0 for max pools and moved nothing for avg: left out.)"""
     waves = _cdiv(s.OC * s.out_h, m.cores)
     ow, red = s.out_w, s.reduction
     vf = min(m.lanes, LLVM_MAX_VF)
     vec = 0 if ow < LLVM_MIN_TRIP else ow // vf
+    rem = ow - vec * vf
+    # a stride-1 row's remainder past the 8-wide vectors runs 4 wide where 4 are left
+    # (contiguous loads; 64x64 k2s1, 63 outputs: 6 ymm + 3 xmm + 3 scalar; 23x23 avg k2s1, 22:
+    # 5 xmm + 2 scalar); at stride 2 (a vpermps pair per load) the remainder stays scalar
+    epi = rem // 4 if vec and s.SW == 1 else 0
+    # TVM narrows the pool's indices to int32; unless the input width is a power of two
+    # (64, 128, 256: strength-reduced to one pointer, constant displacements) LLVM versions
+    # each row on an int32 overflow check and recomputes every vector load's address in int32
+    # (leal + movslq): one per window row at stride 2 (the kx offsets fold into the
+    # displacement of the 16-float load that vpermps splits), one per window step at stride 1
+    # (29x29 k3s1: 37 sign extensions for 36 vmaxps; 104x104 k2s2: 17 for 32; 128x128: 1)
+    index_loads = s.KH * (1 if s.SW > 1 else s.KW) * (s.W & (s.W - 1) != 0)
     return [
-        waves * vec * red,  # vector window steps on the critical core
-        waves * (ow - vec * vf) * red,  # scalar window steps (short rows, remainders)
+        waves * (vec + epi) * red,  # vector window steps on the critical core
+        waves * (rem - 4 * epi) * red,  # scalar window steps (short rows, remainders)
         waves * ow,  # outputs (and the avg pool's divide) on the critical core
-        waves,  # per row task
-        _streamed((s.IC * s.H * s.W + s.out_elems) * 4, m),
+        waves * (vec + epi) * index_loads,  # int32 address recomputations
+        _streamed_excess((s.IC * s.H * s.W + s.out_elems) * 4, m),
     ]
 
 
@@ -301,13 +326,14 @@ def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
     LLVM fully unrolls a short row (9..49 columns for the add, 9..42 for the ReLU) it vectorizes
     the loop over rows instead, with 8-wide gathers and scatters at the row stride (17 columns:
     58 ns a row, 50 columns: 30). Read + write streamed beyond the L2s (41 M elements: 2.5x
-    slower per element than 8 M) and from DRAM beyond the last-level cache (223x223x826: 2x
-    slower again)."""
+    slower per element than 8 M) and, the part beyond the last-level cache, from DRAM (a
+    hinge: 223x223x826's time per byte rises from 8 us/MB at 99 MB to 19 at 328 MB; the step
+    at the LLC missed 9 of its 12 rows)."""
     waves = _cdiv(s.OC * s.out_h, m.cores)
     pass_bytes = 2 * s.out_elems * 4
     return [
         waves * s.out_w,
         waves * s.out_w * eltwise_gathered_passes(s.out_w),  # rows vectorized across rows
         _streamed(pass_bytes, m),
-        pass_bytes / m.cores * (pass_bytes > CPU_L3_BYTES),  # from DRAM
+        max(0, pass_bytes - CPU_L3_BYTES) / m.cores,  # from DRAM, beyond the LLC
     ]
