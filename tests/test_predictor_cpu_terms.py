@@ -166,7 +166,7 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
     # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
     # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; session 8 (all CPU
     # rows re-measured with TVM's pool at 16 workers; panel, row and page terms of TVM's
-    # static chunks) 76.7%, 81.1% with the direct conv's unpack and panel terms, 85.0% with
+    # static chunks) 76.7%, 81.1% with the direct conv's unpack and panel terms, 85.0% (84.96) with
     # the GEMV split loads and the pool / elementwise terms of LLVM's code; floors ~2-4 points
     # under
     assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.82
