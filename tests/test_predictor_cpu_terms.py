@@ -121,13 +121,18 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
 
 def test_winograd_weight_transform_costs_more_within_the_l2s() -> None:
     """U (16 x OC x IC floats) within the L2s of cores/2 physical cores (16 MiB on 16 vCPUs)
-    moves core to core between the weight transform and the GEMM: an extra unit time."""
+    moves core to core between the weight transform and the GEMM: an extra unit time for the
+    share of U within them. Regression (session 8): an all-or-nothing step at 16 MiB gave
+    YOLO-V2's 13x13 x1024 layers (the only U beyond) no transform cost when YOLO-V2 was
+    held out (0.19-0.46x)."""
     fits, out = op("conv2d", 14, 14, 512, 512, 3), op("conv2d", 13, 13, 1024, 1024, 3)
     for s in (fits, out):
         assert kernel("cpu", s, M).algorithm == "winograd-2x2-3x3"
     t = blocking.cpu_winograd(fits, M)
-    assert t[1] == t[3] > 0.0  # 16 x 512 x 512 floats: 16 MiB
-    assert blocking.cpu_winograd(out, M)[1] == 0.0  # 64 MiB
+    assert t[1] == t[3] > 0.0  # 16 x 512 x 512 floats: 16 MiB, all within
+    t = blocking.cpu_winograd(out, M)  # 64 MiB: a quarter within
+    l2s = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+    assert t[1] == pytest.approx(l2s / 4 / M.cores) and t[1] == pytest.approx(t[3] / 4)
 
 
 def test_gemm_task_waves_are_the_mirrors_blocks() -> None:

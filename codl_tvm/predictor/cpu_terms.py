@@ -208,10 +208,12 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
         # chunks of all 16 planes, the GEMM's 16 x OC-block x tile-block tasks fall to the 16
         # workers one plane each (static chunks of OC blocks x tile blocks tasks), so nearly
         # every U line moves core to core, modified, and back for the next call's stores (an
-        # RFO that invalidates the reader's copy). A larger U goes out to L3 between the two
-        # and streams: ~1.05 ns per unit beyond 16 MiB, ~1.54 within (YOLO-V2 13x13 512->1024
-        # .. 1536->1024 ran 1.14-1.52x faster than the single-regime fit)
-        u_units * (16 * ocp * ocb * s.IC * 4 <= l2s),
+        # RFO that invalidates the reader's copy). The part of a larger U beyond the L2s goes
+        # out to L3 between the two and streams at the plain rate: the extra is paid by the
+        # share within the L2s (a step at 16 MiB instead, all or nothing, left YOLO-V2's
+        # 13x13 x1024 rows, the only ones beyond, without any transform cost when held out:
+        # 0.19-0.46x)
+        min(16 * ocp * ocb * s.IC * 4, l2s) / 4 / m.cores,
         16 * s.IC * pp * pt / m.cores,  # pad + input transform
         u_units,  # weight transform
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
