@@ -30,7 +30,7 @@ import numpy as np
 import tvm
 import tvm.runtime.vm
 
-from .profiler.cpu_pool import target_threads, use_cpu_threads
+from .profiler.cpu_pool import pair_threads, use_cpu_threads
 
 MANIFEST = "manifest.json"
 LIBRARY = "lib.so"
@@ -149,7 +149,7 @@ class Runner:
 
 def cpu_threads(manifest: dict[str, Any]) -> int | None:
     """Workers of TVM's CPU pool the artifact was planned for: its pair's ``num-cores``."""
-    return target_threads(manifest.get("pair", {}).get("cpu"))
+    return pair_threads(manifest.get("pair"))
 
 
 def random_inputs(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:

@@ -53,14 +53,23 @@ def _over_l1(task_bytes: int) -> bool:
     return task_bytes > CPU_L1_BYTES
 
 
+def _l2s_bytes(m: Machine) -> int:
+    """The L2s of the ``cores / CPU_SMT`` physical cores the pool's workers run on."""
+    return max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+
+
+def _stream_limit(m: Machine) -> int:
+    """Where a parallel pass starts streaming: learned (``m.cpu_stream_bytes``) or the L2s."""
+    return m.cpu_stream_bytes or _l2s_bytes(m)
+
+
 def _streamed(pass_bytes: int, m: Machine) -> float:
     """Bytes per core of a parallel pass whose working set exceeds the cores' caches: its
     passes stream from L3/DRAM at a lower rate, 0 otherwise. The limit is
     ``m.cpu_stream_bytes`` (learned from the samples), else the L2s of ``cores / CPU_SMT``
     Sapphire Rapids cores: the H100 machine's pool and elementwise passes change regime
     between 12 and 24 MB (16 vCPUs)."""
-    limit = m.cpu_stream_bytes or max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
-    return pass_bytes / m.cores if pass_bytes > limit else 0.0
+    return pass_bytes / m.cores if pass_bytes > _stream_limit(m) else 0.0
 
 
 def _streamed_excess(pass_bytes: int, m: Machine) -> float:
@@ -70,8 +79,7 @@ def _streamed_excess(pass_bytes: int, m: Machine) -> float:
     slices and only the excess streams from L3. The pools' time per byte rises gradually
     from 16 MB (the 8 cores' L2s, the limit the samples now pick): 256x256x64 (20 MB) ran
     0.55-0.76x the step model at 24 MB, and 1.2-1.3x it at 16 MB."""
-    limit = m.cpu_stream_bytes or max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
-    return max(0.0, pass_bytes - limit) / m.cores
+    return max(0.0, pass_bytes - _stream_limit(m)) / m.cores
 
 
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
@@ -200,7 +208,7 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
     waves = _cdiv(16 * ocp * pp, m.cores)
     u_units = 16 * ocp * ocb * s.IC / m.cores
-    l2s = max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    l2s = _l2s_bytes(m)
     return [
         waves * s.IC * pt * vecs,  # FMAs on the critical core
         # U (16 x OC x IC floats) that fits the L2s of the cores/2 physical cores stays there

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 if __package__:
-    from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
+    from codl_tvm.profiler.cpu_pool import pair_threads, use_cpu_threads
     from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
     from codl_tvm.profiler.rounds import time_function as time_function
 else:  # run as a file where only runtime-only TVM exists: the sibling modules
-    from cpu_pool import target_threads, use_cpu_threads  # type: ignore
+    from cpu_pool import pair_threads, use_cpu_threads  # type: ignore
     from rounds import Item, Protocol, RoundBook, interleave, run_rounds  # type: ignore
     from rounds import time_function as time_function  # type: ignore
 
@@ -169,7 +169,7 @@ def run_bundle(
         if warm_jobs > 1:
             warm_cuda(bundle, man, warm_jobs)
     book = RoundBook(out, man["columns"], _key_fn(man["key_columns"]))
-    threads = use_cpu_threads(target_threads(man.get("pair", {}).get("cpu")))
+    threads = use_cpu_threads(pair_threads(man.get("pair")))
     print(f"TVM CPU pool: {threads or 'default'} workers", flush=True)
     start = time.perf_counter()
     per_lib = []

@@ -28,6 +28,11 @@ def target_threads(cpu_spec: dict[str, Any] | None) -> int | None:
     return int(cores) if cores else None
 
 
+def pair_threads(pair: dict[str, Any] | None) -> int | None:
+    """Workers a ``DevicePair.to_json()`` document (an artifact's or bundle's ``pair``) asks for."""
+    return target_threads((pair or {}).get("cpu"))
+
+
 def use_cpu_threads(num_threads: int | None, remote: Any = None) -> int | None:
     """Give TVM's CPU pool ``num_threads`` workers; returns the count it runs with.
 
