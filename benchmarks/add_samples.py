@@ -9,7 +9,10 @@ times (``latency_us``, ``median_us``, ``spread_us``, every visit of ``round_us``
 by it, the controls are dropped, and the rows are appended:
 
     python benchmarks/add_samples.py codl_tvm/data/samples-x86-cuda-h100.csv new.csv \
-        -o codl_tvm/data/samples-x86-cuda-h100.csv [--json speed.json]
+        -o codl_tvm/data/samples-x86-cuda-h100.csv [--json speed.json] [--only-new]
+
+With ``--only-new`` the output holds the scaled new rows alone (a test set kept out of
+training: session 9's deep-layer stratum).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--json", type=Path, help="write the lease's speed per processor here")
+    ap.add_argument("--only-new", action="store_true",
+                    help="write the scaled new rows alone (a test set kept out of training)")
     args = ap.parse_args(argv)
     speed = lease_speed(args.samples, args.new)
     with open(args.new, newline="") as f:
@@ -76,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
-        w.writerows(old + [_scaled(r, speed[r["role"]]["median"]) for r in added])
+        w.writerows(([] if args.only_new else old)
+                    + [_scaled(r, speed[r["role"]]["median"]) for r in added])
     read_samples(tmp)  # the result must load before it replaces anything
     tmp.replace(args.output)
     if args.json:

@@ -4,7 +4,11 @@ One seeded split moves by several points when the samples file's row order chang
 reorders rows), so the headline is the mean over ``--seeds`` splits:
 
     python benchmarks/predictor_seeds.py codl_tvm/data/samples-x86-cuda-h100.csv \
-        [--seeds 20] [--json benchmarks/results/predictor-h100-seeds.json] [--by algorithm]
+        [--seeds 20] [--json benchmarks/results/predictor-h100-seeds.json] [--by algorithm] \
+        [--extra deep=benchmarks/results/deep-h100/deep-samples.csv]
+
+``--extra NAME=CSV`` adds a test set the training file does not hold (the model fits all of
+the training file), e.g. the deep-layer stratum that session 9 measured and left out.
 """
 
 from __future__ import annotations
@@ -58,14 +62,18 @@ def _print_by(by: str, split: Hits, held: dict[str, Hits], seeds: int) -> None:
               f"{np.mean(split[key]):.1%} | " + " | ".join(cells) + " |")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("samples", type=Path)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=CSV",
+                    help="also test on these samples, not in training")
     ap.add_argument("--by", help="also print acc10 per processor and value of this samples "
                     "column, e.g. algorithm (per kernel) or model")  # fmt: skip
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if any("=" not in item for item in args.extra):
+        ap.error("--extra takes NAME=CSV, e.g. deep=benchmarks/results/deep-h100/deep-samples.csv")
     rows = read_samples(args.samples)
     if args.by is not None and args.by not in rows[0]:
         ap.error(f"--by {args.by}: {args.samples} has no such column")
@@ -81,6 +89,8 @@ def main() -> int:
                               "seeds_at_target": int(np.sum(np.asarray(vals) >= 0.85))}  # fmt: skip
     for model in HELD_OUT:
         out["held_out"][model] = _acc(*split_models(rows, [model]), args.by, held_hits[model])
+    extra = dict(item.split("=", 1) for item in args.extra)
+    out["extra"] = {name: _acc(rows, read_samples(path)) for name, path in extra.items()}
     print("| test set | CPU acc10 | GPU acc10 |\n|---|---|---|")
     s = out["split"]
     print(f"| 30% split, mean of {args.seeds} seeds (min-max) | {s['cpu']['mean']:.1%} "
@@ -91,6 +101,8 @@ def main() -> int:
           f"| {s['gpu']['seeds_at_target']} of {args.seeds} |")
     for model, acc in out["held_out"].items():
         print(f"| held-out {model} | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
+    for name, acc in out["extra"].items():
+        print(f"| {name} (not in training) | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
     if args.by:
         _print_by(args.by, split_hits, held_hits, args.seeds)
     if args.json:

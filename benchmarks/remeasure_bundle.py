@@ -10,6 +10,13 @@ into a profiling bundle, run it on the target, merge the new rows back.
     python benchmarks/remeasure_bundle.py merge codl_tvm/data/samples-x86-cuda-h100.csv new.csv \
         -o codl_tvm/data/samples-x86-cuda-h100.csv
 
+New random ops measured on another lease need a control group of the file's rows
+(``add_samples.py``); ``stratum`` bundles both (here: 24 convs of the deep-layer stratum,
+``space.deep_specs``, and 160 CPU + 60 GPU rows of the file, model ``control``):
+
+    python benchmarks/remeasure_bundle.py stratum codl_tvm/data/samples-x86-cuda-h100.csv \
+        --deep 24 --seed 0 --controls 160,60 -o .devcarry/deep-bundle
+
 Runs of one bundle that each stopped at a call's deadline pool their visits per row:
 
     python benchmarks/remeasure_bundle.py pool run1.csv run2.csv -o pooled.csv
@@ -21,6 +28,7 @@ FMA loop lost its bounds checks.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -58,6 +66,39 @@ def bundle(args: argparse.Namespace) -> int:
     man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
     print(f"{len(jobs)} jobs of {len(rows)} rows -> {args.output} "
           f"({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
+    return 0
+
+
+# the shares each processor ran in the H100 samples' CNN and random rows
+SAMPLE_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def control_jobs(rows: list[dict], n_cpu: int, n_gpu: int, seed: int) -> list[Job]:
+    """A seeded draw of ``n_cpu`` + ``n_gpu`` compute rows of the file, as jobs of model
+    ``control`` (the lease's speed per processor, :mod:`add_samples`)."""
+    rng = np.random.default_rng(seed)
+    jobs: list[Job] = []
+    for role, n in (("cpu", n_cpu), ("gpu", n_gpu)):
+        pool = [r for r in rows if r["role"] == role and r["algorithm"] != "copy"]
+        picks = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
+        jobs += [dataclasses.replace(row_job(pool[int(i)]), model="control") for i in picks]
+    return jobs
+
+
+def stratum(args: argparse.Namespace) -> int:
+    from codl_tvm.device import DevicePair
+    from codl_tvm.profiler.bundle import build_bundle
+    from codl_tvm.profiler.space import compute_jobs, deep_specs
+
+    n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
+    specs = [("random-deep", s) for s in deep_specs(args.deep, args.seed)]
+    new = compute_jobs(specs, SAMPLE_SHARES)
+    jobs = new + control_jobs(read_samples(args.samples), n_cpu, n_gpu, args.seed)
+    cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
+    pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
+    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    print(f"{len(new)} new jobs of {len(specs)} deep convs + {len(jobs) - len(new)} controls "
+          f"-> {args.output} ({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
     return 0
 
 
@@ -140,6 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--num-cores", type=int, default=16)
     b.add_argument("--max-mib", type=float, default=40)
     b.add_argument("-o", "--output", required=True)
+    s = sub.add_parser("stratum", help="random convs of the deep-layer stratum + controls")
+    s.add_argument("samples")
+    s.add_argument("--deep", type=int, required=True, help="random deep-layer convs to draw")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--controls", default="160,60", help="control rows: CPU,GPU")
+    for name, default in (("--arch", "sm_90"), ("--mcpu", "sapphirerapids")):
+        s.add_argument(name, default=default)
+    s.add_argument("--num-cores", type=int, default=16)
+    s.add_argument("--max-mib", type=float, default=40)
+    s.add_argument("-o", "--output", required=True)
     m = sub.add_parser("merge")
     m.add_argument("samples")
     m.add_argument("new")
@@ -148,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="+")
     p.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    return {"bundle": bundle, "merge": merge, "pool": pool}[args.cmd](args)
+    return {"bundle": bundle, "stratum": stratum, "merge": merge, "pool": pool}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,10 @@ def test_new_rows_are_divided_by_the_controls_median_per_processor(tmp_path):
     added = merged[len(base):]
     for want, got in zip(cpu[25:] + gpu[25:], added, strict=True):
         assert got["latency_us"] == pytest.approx(float(want["latency_us"]), rel=1e-3)
+    only = tmp_path / "only.csv"  # a test set kept out of training: the new rows alone
+    assert add_samples.main([str(tmp_path / "base.csv"), str(new), "-o", str(only),
+                             "--only-new"]) == 0  # fmt: skip
+    assert [r["latency_us"] for r in read_samples(only)] == [r["latency_us"] for r in added]
 
 
 def test_too_few_controls_is_one_clear_error_and_writes_nothing(tmp_path):

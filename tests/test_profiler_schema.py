@@ -119,3 +119,37 @@ def test_sampler_draws_channels_and_kernels_as_cnns_have_them():
 def test_sampler_refuses_unknown_kinds():
     with pytest.raises(ValueError, match="unknown op kinds \\['conv3d'\\]"):
         space.sample_specs(5, kinds=["conv3d"])
+
+
+def test_deep_stratum_draws_tail_layers_with_weights_past_the_l2s():
+    """Regression (session 9): the quick draw's FLOPs cap left no conv with weights past the
+    cores' L2s, so held-out YOLO-V2's 13x13 x1024 layers were extrapolated."""
+    specs = space.deep_specs(48, seed=2)
+    assert len(specs) == 48 and {s.kind for s in specs} == {"conv2d"}
+    lo_hw, hi_hw = space.DEEP_RANGES["HW"]
+    lo_c, hi_c = space.DEEP_RANGES["C"]
+    for s in specs:
+        assert lo_hw <= s.H <= hi_hw and lo_c <= s.IC <= hi_c and lo_c <= s.OC <= hi_c
+        assert s.flops <= space.DEEP_MAX_FLOPS and s.KH <= min(7, s.H)
+    weight_mib = [s.IC * s.OC * s.KH * s.KW * 4 / 2**20 for s in specs]
+    assert np.mean([w > 16 for w in weight_mib]) >= 0.3
+    assert space.deep_specs(48, seed=2) == specs
+
+
+def test_make_jobs_adds_the_deep_stratum_on_request():
+    from codl_tvm.profiler import make_jobs
+
+    plain = make_jobs(quick=True, sharing=False, n_specs=3)
+    jobs = make_jobs(quick=True, sharing=False, n_specs=3, deep=2)
+    deep = [j for j in jobs if j.model == "random-deep"]
+    assert {j.spec for j in deep} == set(space.deep_specs(2, 0)) and len(deep) >= 8
+    assert [j for j in jobs if j.model != "random-deep"] == plain
+
+
+def test_profile_cli_refuses_a_negative_deep_count(capsys):
+    from codl_tvm.profiler.cli import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["profile", "--deep", "-3", "-o", "x.csv"])
+    assert err.value.code == 2
+    assert "--deep: -3: a count of ops is 0 or more" in capsys.readouterr().err

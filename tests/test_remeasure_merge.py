@@ -7,6 +7,8 @@ import importlib.util
 from pathlib import Path
 
 from codl_tvm.predictor import DATA_DIR
+from codl_tvm.profiler import read_samples
+from codl_tvm.profiler.schema import row_key
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("remeasure_bundle",
@@ -40,3 +42,13 @@ def test_merge_replaces_rows_in_place_and_appends_new_ones(tmp_path):
     assert [r["latency_us"] for r in merged[:10]] == [
         "123.0" if i in (3, 7) else rows[i]["latency_us"] for i in range(10)]
     assert merged[10]["latency_us"] == rows[11]["latency_us"]
+
+
+def test_control_jobs_draw_compute_rows_of_each_processor():
+    rows = read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
+    jobs = remeasure.control_jobs(rows, 30, 10, seed=4)
+    assert [j.role for j in jobs].count("cpu") == 30 and [j.role for j in jobs].count("gpu") == 10
+    assert {j.model for j in jobs} == {"control"} and all(j.spec is not None for j in jobs)
+    keys = {row_key(r) for r in rows}
+    assert all(j.key("x86-cuda") in keys for j in jobs)  # add_samples matches them by key
+    assert remeasure.control_jobs(rows, 30, 10, seed=4) == jobs

@@ -36,6 +36,7 @@ def make_jobs(
     sharing: bool = True,
     max_share_bytes: int = 64 << 20,
     kinds: Sequence[str] | None = None,
+    deep: int = 0,
 ) -> list[Any]:
     """The jobs of one profiling run.
 
@@ -54,6 +55,9 @@ def make_jobs(
         Also measure the sharing costs (copies, slice, concat, sync).
     kinds : list of str, optional
         Op kinds of the random ops (default: all of ``space.KIND_WEIGHTS``, weighted).
+    deep : int
+        Also this many random convs of the deep-layer stratum (``space.deep_specs``: few
+        pixels, 256-4096 channels, weights up to hundreds of MB), model ``random-deep``.
     """
     from codl_tvm.profiler import space
 
@@ -71,6 +75,7 @@ def make_jobs(
             min_flops=cfg["min_flops"] if min_flops is None else min_flops,
             kinds=kinds,
         )
+    specs += [("random-deep", s) for s in space.deep_specs(deep, seed)]
     jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)

@@ -8,16 +8,26 @@ import json
 from codl_tvm.profiler.bundle_runner import add_protocol_arguments, protocol_from_args
 
 
+def _count(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: a count of ops is 0 or more")
+    return n
+
+
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", help="comma-separated op kinds of the random ops "
                         "(conv2d, depthwise, dense, pool_max, pool_avg, elementwise)")
     parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
+    parser.add_argument("--deep", type=_count, default=0, metavar="N",
+                        help="also N random deep-layer convs (few pixels, 256-4096 channels)")
     parser.add_argument("--no-sharing", action="store_true",
                         help="leave out the sharing costs (copies, slice, concat, sync)")
 
 
 def _sampling_options(args: argparse.Namespace) -> dict:
     return {"kinds": args.kinds.split(",") if args.kinds else None, "n_specs": args.n_specs,
+            "deep": args.deep,
             "sharing": not args.no_sharing}
 
 

@@ -168,6 +168,36 @@ def sample_specs(
     return specs
 
 
+# CNN tail layers: few pixels, many channels, weights of 1-256 MB. CoDL's log-uniform draw
+# under the FLOPs caps above almost never gives one (a 13x13 1024->1024 3x3 conv is 3.5 GFLOPs),
+# yet their weights past the cores' L2s and the LLC are a regime of their own (the CPU
+# Winograd's transformed weight, the 1x1 GEMM's weight pack): without them a held-out
+# network's deepest layers were extrapolated.
+DEEP_RANGES: dict[str, tuple[int, int]] = {"HW": (2, 40), "C": (256, 4096)}
+DEEP_MAX_FLOPS = 5e9
+
+
+def deep_specs(n: int, seed: int = 0, max_flops: float = DEEP_MAX_FLOPS) -> list[OpSpec]:
+    """``n`` random convs of the deep-layer stratum (:data:`DEEP_RANGES`): HW log-uniform,
+    IC and OC log-uniform and rounded as :data:`CHANNEL_MULTIPLES`, kernels and strides as in
+    :func:`random_spec`, at most ``max_flops`` FLOPs each."""
+    rng = np.random.default_rng(seed)
+    sizes = list(KERNEL_WEIGHTS)
+    weights = np.array([KERNEL_WEIGHTS[k] for k in sizes])
+    specs: list[OpSpec] = []
+    for _ in range(200 * n):
+        if len(specs) >= n:
+            break
+        hw = _log_uniform(rng, *DEEP_RANGES["HW"])
+        ic, oc = _channels(rng, *DEEP_RANGES["C"]), _channels(rng, *DEEP_RANGES["C"])
+        k = min(int(sizes[int(rng.choice(len(sizes), p=weights / weights.sum()))]), hw)
+        s = int(rng.integers(1, 3))
+        spec = OpSpec("conv2d", hw, hw, ic, oc, k, k, s, s, (k // 2,) * 4)
+        if spec.flops <= max_flops:
+            specs.append(spec)
+    return specs
+
+
 def _int(row: dict[str, str], col: str, default: int = 0) -> int:
     return int(float(row[col])) if row.get(col, "") not in ("", None) else default
 
