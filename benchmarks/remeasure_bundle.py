@@ -51,19 +51,24 @@ def row_job(r: dict) -> Job:
     return Job(r["role"], r["op"], spec, r["dim"], float(r["ratio"]), model=r["model"])
 
 
-def bundle(args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace, jobs: list[Job]) -> dict:
+    """Compile ``jobs`` for the x86-cuda pair of ``args`` into the bundle ``args.output``."""
     from codl_tvm.device import DevicePair
     from codl_tvm.profiler.bundle import build_bundle
 
+    cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
+    pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
+    return build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+
+
+def bundle(args: argparse.Namespace) -> int:
     algos = set(args.algorithms.split(","))
     rows = [r for r in read_samples(args.samples)
             if r["role"] == args.role and r["algorithm"] in algos]
     if not rows:
         raise SystemExit(f"{args.samples}: no {args.role} rows of algorithms {sorted(algos)}")
     jobs = [row_job(r) for r in rows]
-    cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
-    pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
-    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    man = _build(args, jobs)
     print(f"{len(jobs)} jobs of {len(rows)} rows -> {args.output} "
           f"({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
     return 0
@@ -86,17 +91,13 @@ def control_jobs(rows: list[dict], n_cpu: int, n_gpu: int, seed: int) -> list[Jo
 
 
 def stratum(args: argparse.Namespace) -> int:
-    from codl_tvm.device import DevicePair
-    from codl_tvm.profiler.bundle import build_bundle
     from codl_tvm.profiler.space import compute_jobs, deep_specs
 
     n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
     specs = [("random-deep", s) for s in deep_specs(args.deep, args.seed)]
     new = compute_jobs(specs, SAMPLE_SHARES)
     jobs = new + control_jobs(read_samples(args.samples), n_cpu, n_gpu, args.seed)
-    cpu = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.num_cores}
-    pair = DevicePair("x86-cuda", cpu, {"kind": "cuda", "arch": args.arch})
-    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    man = _build(args, jobs)
     print(f"{len(new)} new jobs of {len(specs)} deep convs + {len(jobs) - len(new)} controls "
           f"-> {args.output} ({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
     return 0
