@@ -5,7 +5,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 import tvm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from codl_tvm.schedules import blocking_of, dispatch
 from codl_tvm.schedules import testing as T
@@ -89,6 +89,8 @@ def test_conv2d_fused_bias_relu():
     w=st.integers(3, 9), k=st.sampled_from([2, 3]), s=st.sampled_from([1, 2]),
     pads=st.tuples(*[st.integers(0, 1)] * 4),
 )
+# regression (session 9): TVM's reference build of this avg pool failed LLVM verification
+@example(kind="avg", c=4, h=4, w=3, k=2, s=1, pads=(1, 0, 1, 0))
 def test_pool2d(kind, c, h, w, k, s, pads):
     func = T.pool2d_func((1, c, h, w), kind, pool_size=(k, k), strides=(s, s), padding=pads)
     _check(func, "cpu-pool2d", TARGETS[0])
