@@ -9,6 +9,14 @@ reorders rows), so the headline is the mean over ``--seeds`` splits:
 
 ``--extra NAME=CSV`` adds a test set the training file does not hold (the model fits all of
 the training file), e.g. the deep-layer stratum that session 9 measured and left out.
+
+Each held-out CNN also gets its ceilings, to tell where its misses come from:
+- ``in_sample``: acc10 on its rows of the model fitted on the whole file, its rows included.
+  Held out well below this, the other rows do not teach its regime (data); this itself well
+  below the noise ceilings, the terms cannot fit its kernels (model form).
+- ``halves10`` / ``twins10``: the measurement's own reproducibility on its rows
+  (:mod:`codl_tvm.profiler.noise`): the odd against the even visits of a row, and rows that
+  measured one sub-op against each other.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from codl_tvm.predictor import make  # noqa: E402
 from codl_tvm.predictor.accuracy import accuracy_rows, split_models, split_rows  # noqa: E402
 from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.noise import noise_rows  # noqa: E402
 
 HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
 
@@ -48,6 +57,32 @@ def _acc(train: list[dict], test: list[dict], by: str | None = None,
             for r, y in zip(comp, pred.predict(comp), strict=True):
                 hits[(r["role"], str(r[by]))].append(abs(y / r["latency_us"] - 1) <= 0.1)
     return {r["processor"]: r["acc10"] for r in rows if r["op"] == "all"}
+
+
+def _ceilings(rows: list[dict], held_out: dict[str, dict[str, float]]
+              ) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Per held-out CNN and processor: held-out, in-sample, halves10 and twins10 acc."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for model, held in held_out.items():
+        mine = [r for r in rows if r["model"] == model]
+        inside = _acc(rows, mine)
+        noise = {n["processor"]: n for n in noise_rows(
+            [r for r in mine if r["op"] not in SHARING_KINDS]) if n["op"] == "all"}
+        out[model] = {role: {"held_out": held[role], "in_sample": inside[role],
+                             "halves10": noise.get(role, {}).get("halves10"),
+                             "twins10": noise.get(role, {}).get("twins10")}
+                      for role in held}  # fmt: skip
+    return out
+
+
+def _print_ceilings(ceilings: dict[str, dict[str, dict[str, float | None]]]) -> None:
+    print("\n| held-out CNN | processor | held out | in-sample | halves10 | twins10 |")
+    print("|---|---|---:|---:|---:|---:|")
+    for model, by_role in ceilings.items():
+        for role, c in by_role.items():
+            cells = ["-" if c[k] is None else f"{c[k]:.1%}"
+                     for k in ("held_out", "in_sample", "halves10", "twins10")]
+            print(f"| {model} | {role} | " + " | ".join(cells) + " |")
 
 
 def _print_by(by: str, split: Hits, held: dict[str, Hits], seeds: int) -> None:
@@ -89,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                               "seeds_at_target": int(np.sum(np.asarray(vals) >= 0.85))}  # fmt: skip
     for model in HELD_OUT:
         out["held_out"][model] = _acc(*split_models(rows, [model]), args.by, held_hits[model])
+    out["ceiling"] = _ceilings(rows, out["held_out"])
     extra = dict(item.split("=", 1) for item in args.extra)
     out["extra"] = {name: _acc(rows, read_samples(path)) for name, path in extra.items()}
     print("| test set | CPU acc10 | GPU acc10 |\n|---|---|---|")
@@ -103,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| held-out {model} | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
     for name, acc in out["extra"].items():
         print(f"| {name} (not in training) | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
+    _print_ceilings(out["ceiling"])
     if args.by:
         _print_by(args.by, split_hits, held_hits, args.seeds)
     if args.json:

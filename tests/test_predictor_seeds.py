@@ -41,3 +41,26 @@ def test_extra_without_a_name_is_one_clear_error(capsys):
     with pytest.raises(SystemExit) as err:
         seeds.main([str(DATA_DIR / "samples-x86-cuda-h100.csv"), "--extra", str(DEEP)])
     assert err.value.code == 2 and "--extra takes NAME=CSV" in capsys.readouterr().err
+
+
+def test_ceilings_split_a_held_out_cnns_misses_into_data_form_and_noise(tmp_path):
+    """``in_sample`` scores the CNN's rows with the model of the whole file (its rows in),
+    next to the held-out score and the measurement's own agreement on those rows."""
+    from codl_tvm.predictor import make
+    from codl_tvm.predictor.accuracy import accuracy_rows
+    from codl_tvm.profiler import read_samples
+
+    samples = DATA_DIR / "samples-x86-cuda-h100.csv"
+    out = tmp_path / "seeds.json"
+    assert seeds.main([str(samples), "--seeds", "1", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    rows = read_samples(samples)
+    whole = make("codl").fit(rows)
+    for model in seeds.HELD_OUT:
+        mine = [r for r in rows if r["model"] == model]
+        inside = {r["processor"]: r["acc10"] for r in accuracy_rows(whole, mine)
+                  if r["op"] == "all"}  # fmt: skip
+        for role, c in got["ceiling"][model].items():
+            assert c["held_out"] == got["held_out"][model][role]
+            assert c["in_sample"] == pytest.approx(inside[role])
+            assert 0.0 < c["halves10"] <= 1.0 and 0.0 < c["twins10"] <= 1.0

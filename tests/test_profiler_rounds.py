@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from codl_tvm.device import DevicePair
+from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.profiler import read_samples, space
 from codl_tvm.profiler.bundle import build_bundle, interleave_batches
 from codl_tvm.profiler.measure import plan_batches
@@ -187,11 +188,27 @@ def test_noise_report_from_rounds_and_from_duplicates():
 def test_noise_halves_compare_the_sample_estimates_of_odd_and_even_visits():
     rows = _rows(2)
     # odd visits 10, 10.2; even 14, 10.3: single visits disagree, the estimates agree
-    rows[0].update(round_us=[10.0, 14.0, 10.2, 10.3], role="cpu")
-    rows[1].update(round_us=[10.0, 20.0, 10.0, 20.0], role="cpu")
+    rows[0].update(round_us=[10.0, 14.0, 10.2, 10.3], role="cpu", latency_us=10.1)
+    rows[1].update(round_us=[10.0, 20.0, 10.0, 20.0], role="cpu", latency_us=10.0)
     out = {(n["processor"], n["op"]): n for n in noise_rows(rows)}
     assert out[("cpu", "all")]["halves10"] == pytest.approx(0.5)
     assert out[("cpu", "all")]["agree10"] < 0.5
+    assert out[("cpu", "all")]["twins10"] is None  # two different sub-ops
+
+
+@pytest.mark.parametrize(("other_us", "twins10"), [(10.5, 1.0), (13.0, 0.0)])
+def test_noise_twins_compare_rows_that_measured_one_sub_op(other_us, twins10):
+    """The same full op reached as the H and the OC split at ratio 0 is one sub-op in two rows:
+    their latencies agree or not whatever each row's own visits say."""
+    spec = OpSpec("conv2d", 12, 12, 8, 32, 3, 3, 1, 1, (1, 1, 1, 1))
+    pair = DevicePair.preset("cpu-pair")
+    rows = [space.Job("cpu", "conv2d", spec, dim, 0.0).row(pair.name, pair.cpu_spec)
+            for dim in ("H", "OC")]  # fmt: skip
+    for r, us in zip(rows, (10.0, other_us), strict=True):
+        r.update(algorithm="direct-nchwc", latency_us=us, round_us=[us] * 4)
+    out = {(n["processor"], n["op"]): n for n in noise_rows(rows)}
+    assert out[("cpu", "conv2d")]["halves10"] == 1.0
+    assert out[("cpu", "conv2d")]["twins10"] == twins10
 
 
 def test_resummarize_rewrites_latency_from_the_visits(tmp_path):

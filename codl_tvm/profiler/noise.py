@@ -5,6 +5,12 @@ its rounds counts as "a perfect predictor's answer (one round) against a measure
 round)"; ``agree10`` is the fraction of those pairs within +-10%. Files written before the
 rounds protocol have one visit per row: there the same sub-op measured in several rows (the same
 kernel reached from different full ops or splits) stands in for rounds (``source`` says which).
+
+``twins10`` looks across rows in either kind of file: where one sub-op was measured as two rows
+(a full op reached as both the H and the OC split at ratio 0, or two full ops with one sub-op),
+the fraction of those rows' pairs of ``latency_us`` within +-10%. Visits of one row share its
+buffers and its place in the bundle; two rows do not, so ``twins10`` below ``halves10`` says
+that part of a row's error stays with the row however many visits it gets.
 """
 
 from __future__ import annotations
@@ -31,10 +37,15 @@ def repeated_measurements(rows: Sequence[dict[str, Any]]) -> tuple[str, list[tup
     rounds = [r for r in rows if len(r.get("round_us") or []) >= 2]
     if rounds:
         return "rounds", [(r["role"], r["op"], list(r["round_us"])) for r in rounds]
+    return "duplicates", twin_groups(rows)
+
+
+def twin_groups(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, list[float]]]:
+    """(role, op, [latency_us of each row]) for every sub-op measured as two or more rows."""
     groups: dict[tuple, list[float]] = defaultdict(list)
     for r in rows:
         groups[_sub_key(r)].append(r["latency_us"])
-    return "duplicates", [(k[0], k[1], v) for k, v in groups.items() if len(v) >= 2]
+    return [(k[0], k[1], v) for k, v in groups.items() if len(v) >= 2]
 
 
 def _pairs10(vals: Sequence[float], tol: float) -> tuple[int, int]:
@@ -57,6 +68,12 @@ def noise_rows(rows: Sequence[dict[str, Any]], tol: float = 0.1) -> list[dict[st
     acc: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     spread: dict[tuple[str, str], list[float]] = defaultdict(list)
     halves: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    twins: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for role, op, vals in twin_groups(rows):
+        ok, n = _pairs10(vals, tol)
+        for key in ((role, op), (role, "all")):
+            twins[key][0] += ok
+            twins[key][1] += n
     for role, op, vals in reps:
         ok, n = _pairs10(vals, tol)
         rel = (max(vals) - min(vals)) / float(np.median(vals))
@@ -71,9 +88,14 @@ def noise_rows(rows: Sequence[dict[str, Any]], tol: float = 0.1) -> list[dict[st
     return [
         {"processor": role, "op": op, "source": source, "samples": s, "pairs": n,
          "agree10": ok / n, "median_range": float(np.median(spread[(role, op)])),
-         "halves10": float(np.mean(halves[(role, op)])) if halves[(role, op)] else None}
+         "halves10": float(np.mean(halves[(role, op)])) if halves[(role, op)] else None,
+         "twins10": _ratio(twins.get((role, op)))}
         for (role, op), (s, ok, n) in sorted(acc.items())
     ]  # fmt: skip
+
+
+def _ratio(counts: list[int] | None) -> float | None:
+    return counts[0] / counts[1] if counts and counts[1] else None
 
 
 def format_noise(rows: Sequence[dict[str, Any]]) -> str:
@@ -83,15 +105,20 @@ def format_noise(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         f"noise ceiling (source: {rows[0]['source']}): pairs of repeated measurements of one "
         "sample within +-10% (agree10: single visits; halves10: the estimates of the odd and "
-        "the even visits)",
+        "the even visits; twins10: rows that measured one sub-op)",
         "",
-        "| processor | op | samples | pairs | agree10 | halves10 | median (max-min)/median |",
-        "|---|---|---|---|---|---|---|",
+        "| processor | op | samples | pairs | agree10 | halves10 | twins10 "
+        "| median (max-min)/median |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        half = "-" if r.get("halves10") is None else f"{r['halves10']:.1%}"
+        half, twin = (_pct(r.get(c)) for c in ("halves10", "twins10"))
         lines.append(
             f"| {r['processor']} | {r['op']} | {r['samples']} | {r['pairs']} | "
-            f"{r['agree10']:.1%} | {half} | {r['median_range']:.1%} |"
+            f"{r['agree10']:.1%} | {half} | {twin} | {r['median_range']:.1%} |"
         )
     return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
