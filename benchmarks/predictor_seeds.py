@@ -56,6 +56,11 @@ def _acc(train: list[dict], test: list[dict], by: str | None = None,
             comp = [r for r in test if r["op"] not in SHARING_KINDS]
             for r, y in zip(comp, pred.predict(comp), strict=True):
                 hits[(r["role"], str(r[by]))].append(abs(y / r["latency_us"] - 1) <= 0.1)
+    return _overall(rows)
+
+
+def _overall(rows: list[dict]) -> dict[str, float]:
+    """Per processor acc10 of :func:`accuracy_rows`' ``all`` rows."""
     return {r["processor"]: r["acc10"] for r in rows if r["op"] == "all"}
 
 
@@ -68,8 +73,7 @@ def _ceilings(rows: list[dict], held_out: dict[str, dict[str, float]]
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for model, held in held_out.items():
         mine = [r for r in rows if r["model"] == model]
-        inside = {r["processor"]: r["acc10"] for r in accuracy_rows(whole, mine)
-                  if r["op"] == "all"}  # fmt: skip
+        inside = _overall(accuracy_rows(whole, mine))
         noise = {n["processor"]: n for n in noise_rows(
             [r for r in mine if r["op"] not in SHARING_KINDS]) if n["op"] == "all"}
         out[model] = {role: {"held_out": held[role], "in_sample": inside[role],
