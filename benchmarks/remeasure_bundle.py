@@ -12,7 +12,8 @@ into a profiling bundle, run it on the target, merge the new rows back.
 
 New random ops measured on another lease need a control group of the file's rows
 (``add_samples.py``); ``stratum`` bundles both (here: 24 convs of the deep-layer stratum,
-``space.deep_specs``, and 160 CPU + 60 GPU rows of the file, model ``control``):
+``space.deep_specs``, or of the body-layer one, ``--body``, and 160 CPU + 60 GPU rows of the
+file, model ``control``):
 
     python benchmarks/remeasure_bundle.py stratum codl_tvm/data/samples-x86-cuda-h100.csv \
         --deep 24 --seed 0 --controls 160,60 -o .devcarry/deep-bundle
@@ -91,14 +92,18 @@ def control_jobs(rows: list[dict], n_cpu: int, n_gpu: int, seed: int) -> list[Jo
 
 
 def stratum(args: argparse.Namespace) -> int:
-    from codl_tvm.profiler.space import compute_jobs, deep_specs
+    from codl_tvm.profiler.space import STRATA, compute_jobs, stratum_specs
 
     n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
-    specs = [("random-deep", s) for s in deep_specs(args.deep, args.seed)]
+    counts = {"deep": args.deep, "body": args.body, "pointwise": args.pointwise}
+    if not any(counts.values()):
+        raise SystemExit("stratum: give --deep, --body or --pointwise N (convs to draw)")
+    specs = [(STRATA[name].model, s) for name, n in counts.items()
+             for s in stratum_specs(name, n, args.seed)]
     new = compute_jobs(specs, SAMPLE_SHARES)
     jobs = new + control_jobs(read_samples(args.samples), n_cpu, n_gpu, args.seed)
     man = _build(args, jobs)
-    print(f"{len(new)} new jobs of {len(specs)} deep convs + {len(jobs) - len(new)} controls "
+    print(f"{len(new)} new jobs of {len(specs)} stratum convs + {len(jobs) - len(new)} controls "
           f"-> {args.output} ({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
     return 0
 
@@ -182,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--num-cores", type=int, default=16)
     b.add_argument("--max-mib", type=float, default=40)
     b.add_argument("-o", "--output", required=True)
-    s = sub.add_parser("stratum", help="random convs of the deep-layer stratum + controls")
+    s = sub.add_parser("stratum", help="random convs of the deep / body strata + controls")
     s.add_argument("samples")
-    s.add_argument("--deep", type=int, required=True, help="random deep-layer convs to draw")
+    s.add_argument("--deep", type=int, default=0, help="random deep-layer convs to draw")
+    s.add_argument("--body", type=int, default=0, help="random body-layer convs to draw")
+    s.add_argument("--pointwise", type=int, default=0,
+                   help="random stride-1 1x1 convs of the body layers to draw")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--controls", default="160,60", help="control rows: CPU,GPU")
     for name, default in (("--arch", "sm_90"), ("--mcpu", "sapphirerapids")):

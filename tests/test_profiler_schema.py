@@ -136,20 +136,51 @@ def test_deep_stratum_draws_tail_layers_with_weights_past_the_l2s():
     assert space.deep_specs(48, seed=2) == specs
 
 
-def test_make_jobs_adds_the_deep_stratum_on_request():
+def test_body_stratum_draws_body_layers_past_the_quick_caps():
+    """Regression (session 11): under the quick draw's 1e8 FLOPs cap no random row of the H100
+    file was a CNN body layer, nor a direct 1x1 conv with input planes over 32 KB."""
+    from codl_tvm.predictor.mirror import Machine, kernel
+
+    specs = space.body_specs(48, seed=2)
+    assert len(specs) == 48 and {s.kind for s in specs} == {"conv2d"}
+    lo_f, hi_f = space.BODY_FLOPS
+    for s in specs:
+        assert space.BODY_RANGES["HW"][0] <= s.H <= space.BODY_RANGES["HW"][1]
+        assert space.BODY_RANGES["IC"][0] <= s.IC <= space.BODY_RANGES["IC"][1]
+        assert space.BODY_RANGES["OC"][0] <= s.OC <= space.BODY_RANGES["OC"][1]
+        assert lo_f <= s.flops <= hi_f and s.KH <= 7
+    assert np.mean([s.flops > 1e8 for s in specs]) == 1.0
+    direct_k1 = [s for s in specs
+                 if s.KH == 1 and kernel("cpu", s, Machine()).algorithm == "direct-nchwc"]
+    assert sum(s.H * s.W * 4 > 32 << 10 for s in direct_k1) >= 3
+    assert space.body_specs(48, seed=2) == specs
+
+
+def test_pointwise_stratum_draws_stride_one_1x1_convs():
+    specs = space.stratum_specs("pointwise", 24, seed=2)
+    assert len(specs) == 24 and {(s.KH, s.KW, s.SH, s.SW) for s in specs} == {(1, 1, 1, 1)}
+    lo, hi = space.STRATA["pointwise"].hw
+    assert all(lo <= s.H <= hi and s.pad == (0, 0, 0, 0) for s in specs)
+    assert len({s.H for s in specs}) > 12 and space.stratum_specs("pointwise", 24, 2) == specs
+
+
+@pytest.mark.parametrize("name", ["deep", "body", "pointwise"])
+def test_make_jobs_adds_a_stratum_on_request(name):
     from codl_tvm.profiler import make_jobs
 
+    model = space.STRATA[name].model
     plain = make_jobs(quick=True, sharing=False, n_specs=3)
-    jobs = make_jobs(quick=True, sharing=False, n_specs=3, deep=2)
-    deep = [j for j in jobs if j.model == "random-deep"]
-    assert {j.spec for j in deep} == set(space.deep_specs(2, 0)) and len(deep) >= 8
-    assert [j for j in jobs if j.model != "random-deep"] == plain
+    jobs = make_jobs(quick=True, sharing=False, n_specs=3, **{name: 2})
+    drawn = [j for j in jobs if j.model == model]
+    assert {j.spec for j in drawn} == set(space.stratum_specs(name, 2, 0)) and len(drawn) >= 8
+    assert [j for j in jobs if j.model != model] == plain
 
 
-def test_profile_cli_refuses_a_negative_deep_count(capsys):
+@pytest.mark.parametrize("flag", ["--deep", "--body", "--pointwise"])
+def test_profile_cli_refuses_a_negative_stratum_count(capsys, flag):
     from codl_tvm.profiler.cli import main
 
     with pytest.raises(SystemExit) as err:
-        main(["profile", "--deep", "-3", "-o", "x.csv"])
+        main(["profile", flag, "-3", "-o", "x.csv"])
     assert err.value.code == 2
-    assert "--deep: -3: a count of ops is 0 or more" in capsys.readouterr().err
+    assert f"{flag}: -3: a count of ops is 0 or more" in capsys.readouterr().err

@@ -6,6 +6,8 @@ import csv
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
 from codl_tvm.profiler.schema import row_key
@@ -52,3 +54,10 @@ def test_control_jobs_draw_compute_rows_of_each_processor():
     keys = {row_key(r) for r in rows}
     assert all(j.key("x86-cuda") in keys for j in jobs)  # add_samples matches them by key
     assert remeasure.control_jobs(rows, 30, 10, seed=4) == jobs
+
+
+def test_stratum_without_convs_to_draw_stops_before_building(tmp_path, capsys):
+    out = tmp_path / "bundle"
+    with pytest.raises(SystemExit, match="give --deep, --body or --pointwise N"):
+        remeasure.main(["stratum", str(DATA_DIR / "samples-x86-cuda-h100.csv"), "-o", str(out)])
+    assert not out.exists()

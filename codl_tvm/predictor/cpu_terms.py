@@ -82,6 +82,16 @@ def _streamed_excess(pass_bytes: int, m: Machine) -> float:
     return max(0.0, pass_bytes - _stream_limit(m)) / m.cores
 
 
+def _rows_read(s: OpSpec, out_rows: int) -> int:
+    """Input rows the window reads for ``out_rows`` consecutive output rows: the whole span,
+    but a window shorter than the stride (1x1 at stride 2) skips the rows in between (their
+    lines are never loaded: a 1x1 stride-2 model that fetched them ran 1.2-1.8x over the
+    body-layer stratum's rows, ``benchmarks/results/body-h100``)."""
+    if s.dilation == 1 and s.KH < s.SH:
+        return out_rows * s.KH
+    return (out_rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1
+
+
 def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
     """Rows, cols of the padded input the CPU kernels copy (whole register tiles)."""
     d = s.dilation
@@ -123,7 +133,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     # new page, beyond the stride prefetcher), so each input row a core's tasks touch comes
     # in once (its other channel blocks and column tiles reuse it from the L2)
     rows = conv_core_rows(s, m, nx, ocp * s.out_h * nx)
-    fetch = min(hp, (rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1) * s.IC * wp
+    fetch = min(hp, _rows_read(s, rows)) * s.IC * wp
     k1 = s.KH * s.KW == 1
     panels = conv_core_panels(ocp, s.out_h * nx, m.cores)
     return [

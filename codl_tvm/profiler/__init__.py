@@ -37,6 +37,8 @@ def make_jobs(
     max_share_bytes: int = 64 << 20,
     kinds: Sequence[str] | None = None,
     deep: int = 0,
+    body: int = 0,
+    pointwise: int = 0,
 ) -> list[Any]:
     """The jobs of one profiling run.
 
@@ -58,6 +60,12 @@ def make_jobs(
     deep : int
         Also this many random convs of the deep-layer stratum (``space.deep_specs``: few
         pixels, 256-4096 channels, weights up to hundreds of MB), model ``random-deep``.
+    body : int
+        Also this many random convs of the body-layer stratum (``space.body_specs``: 28-416
+        pixels a side, 16-512 channels, 0.1-4 GFLOPs), model ``random-body``.
+    pointwise : int
+        Also this many random stride-1 1x1 convs of the body layers (``space.STRATA``),
+        model ``random-pointwise``.
     """
     from codl_tvm.profiler import space
 
@@ -75,7 +83,9 @@ def make_jobs(
             min_flops=cfg["min_flops"] if min_flops is None else min_flops,
             kinds=kinds,
         )
-    specs += [("random-deep", s) for s in space.deep_specs(deep, seed)]
+    for name, n in (("deep", deep), ("body", body), ("pointwise", pointwise)):
+        stratum = space.STRATA[name]
+        specs += [(stratum.model, s) for s in space.stratum_specs(name, n, seed)]
     jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)

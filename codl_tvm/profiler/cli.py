@@ -21,13 +21,18 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
     parser.add_argument("--deep", type=_count, default=0, metavar="N",
                         help="also N random deep-layer convs (few pixels, 256-4096 channels)")
+    parser.add_argument("--body", type=_count, default=0, metavar="N",
+                        help="also N random body-layer convs (28-416 pixels, 16-512 channels, "
+                        "0.1-4 GFLOPs)")
+    parser.add_argument("--pointwise", type=_count, default=0, metavar="N",
+                        help="also N random stride-1 1x1 convs of the body layers")
     parser.add_argument("--no-sharing", action="store_true",
                         help="leave out the sharing costs (copies, slice, concat, sync)")
 
 
 def _sampling_options(args: argparse.Namespace) -> dict:
     return {"kinds": args.kinds.split(",") if args.kinds else None, "n_specs": args.n_specs,
-            "deep": args.deep,
+            "deep": args.deep, "body": args.body, "pointwise": args.pointwise,
             "sharing": not args.no_sharing}
 
 

@@ -175,12 +175,46 @@ def sample_specs(
 # network's deepest layers were extrapolated.
 DEEP_RANGES: dict[str, tuple[int, int]] = {"HW": (2, 40), "C": (256, 4096)}
 DEEP_MAX_FLOPS = 5e9
+# CNN body layers: 28-416 pixels a side, 16-512 channels, 0.1-4 GFLOPs (VGG-16's, YOLO-V2's
+# and PoseNet's convs but their tails). The quick draw's 1e8 FLOPs cap leaves none: the
+# training file's body-size rows are the CNNs' own, so a held-out CNN's body layers were only
+# checked against other CNNs (and, on the H100 host, random direct 1x1 planes stayed under
+# the 32 KB where YOLO-V2's 1x1 layers run slower per FMA: ``benchmarks/results/probe-h100``).
+BODY_RANGES: dict[str, tuple[int, int]] = {"HW": (28, 416), "IC": (16, 512), "OC": (32, 512)}
+BODY_FLOPS: tuple[float, float] = (1e8, 4e9)
 
 
-def deep_specs(n: int, seed: int = 0, max_flops: float = DEEP_MAX_FLOPS) -> list[OpSpec]:
-    """``n`` random convs of the deep-layer stratum (:data:`DEEP_RANGES`): HW log-uniform,
-    IC and OC log-uniform and rounded as :data:`CHANNEL_MULTIPLES`, kernels and strides as in
-    :func:`random_spec`, at most ``max_flops`` FLOPs each."""
+@dataclass(frozen=True)
+class Stratum:
+    """A random draw of convs from one region of CoDL's space: HW, IC and OC log-uniform in
+    their ranges (channels rounded as :data:`CHANNEL_MULTIPLES`), kernels and strides as in
+    :func:`random_spec` unless fixed (``kernel``, ``stride``: 0 is drawn), FLOPs within
+    ``flops``; rows of model ``model``."""
+
+    model: str
+    hw: tuple[int, int]
+    ic: tuple[int, int]
+    oc: tuple[int, int]
+    flops: tuple[float, float]
+    kernel: int = 0
+    stride: int = 0
+
+
+STRATA: dict[str, Stratum] = {
+    "deep": Stratum("random-deep", DEEP_RANGES["HW"], DEEP_RANGES["C"], DEEP_RANGES["C"],
+                    (0.0, DEEP_MAX_FLOPS)),
+    "body": Stratum("random-body", BODY_RANGES["HW"], BODY_RANGES["IC"], BODY_RANGES["OC"],
+                    BODY_FLOPS),
+    # the body layers' stride-1 1x1 convs alone: the body draw gives few (1x1 at stride 1 is
+    # ~15% of it), and the direct 1x1 kernel's plane step needs them on both sides
+    "pointwise": Stratum("random-pointwise", (28, 208), BODY_RANGES["IC"], BODY_RANGES["OC"],
+                         (1e7, BODY_FLOPS[1]), kernel=1, stride=1),
+}
+
+
+def stratum_specs(name: str, n: int, seed: int = 0) -> list[OpSpec]:
+    """``n`` random convs of the stratum ``STRATA[name]``, the same for the same seed."""
+    st = STRATA[name]
     rng = np.random.default_rng(seed)
     sizes = list(KERNEL_WEIGHTS)
     weights = np.array([KERNEL_WEIGHTS[k] for k in sizes])
@@ -188,14 +222,25 @@ def deep_specs(n: int, seed: int = 0, max_flops: float = DEEP_MAX_FLOPS) -> list
     for _ in range(200 * n):
         if len(specs) >= n:
             break
-        hw = _log_uniform(rng, *DEEP_RANGES["HW"])
-        ic, oc = _channels(rng, *DEEP_RANGES["C"]), _channels(rng, *DEEP_RANGES["C"])
-        k = min(int(sizes[int(rng.choice(len(sizes), p=weights / weights.sum()))]), hw)
-        s = int(rng.integers(1, 3))
+        hw = _log_uniform(rng, *st.hw)
+        ic, oc = _channels(rng, *st.ic), _channels(rng, *st.oc)
+        k = st.kernel or min(int(sizes[int(rng.choice(len(sizes), p=weights / weights.sum()))]),
+                             hw)
+        s = st.stride or int(rng.integers(1, 3))
         spec = OpSpec("conv2d", hw, hw, ic, oc, k, k, s, s, (k // 2,) * 4)
-        if spec.flops <= max_flops:
+        if st.flops[0] <= spec.flops <= st.flops[1]:
             specs.append(spec)
     return specs
+
+
+def deep_specs(n: int, seed: int = 0) -> list[OpSpec]:
+    """``n`` random convs of the deep-layer stratum (:data:`DEEP_RANGES`)."""
+    return stratum_specs("deep", n, seed)
+
+
+def body_specs(n: int, seed: int = 0) -> list[OpSpec]:
+    """``n`` random convs of the body-layer stratum (:data:`BODY_RANGES`)."""
+    return stratum_specs("body", n, seed)
 
 
 def _int(row: dict[str, str], col: str, default: int = 0) -> int:

@@ -1,0 +1,32 @@
+"""Regimes of the CPU conv terms that the body-layer strata exposed (session 11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codl_tvm.predictor import cpu_terms
+from codl_tvm.predictor.mirror import Machine
+from codl_tvm.predictor.opspec import OpSpec
+
+M = Machine()
+FETCH_K1, FETCH_KN = 1, 6  # cpu_conv's input-fetch slot of the 1x1 and of the KxK model
+
+
+def conv(h: int, ic: int, oc: int, k: int = 1, s: int = 1) -> OpSpec:
+    return OpSpec("conv2d", h, h, ic, oc, k, k, s, s, (k // 2,) * 4)
+
+
+@pytest.mark.parametrize(("k", "s", "read"), [(1, 2, 10), (1, 1, 10), (3, 2, 21), (2, 2, 20)])
+def test_a_window_shorter_than_its_stride_skips_rows(k: int, s: int, read: int) -> None:
+    """Regression (session 11): the fetch of a 1x1 stride-2 conv counted the rows between its
+    reads, which no load touches; the body stratum's 1x1 stride-2 rows ran at a median 0.64x
+    that model (1 of 72 within +-10%)."""
+    assert cpu_terms._rows_read(conv(64, 32, 32, k, s), 10) == read
+
+
+def test_the_stride_two_1x1_fetch_is_about_half_the_3x3_one() -> None:
+    """The same 45x45 output tasks: a core's 1x1 tasks read every other row of their span,
+    the 3x3 ones every row of it and one more."""
+    one = cpu_terms.cpu_conv(conv(90, 96, 96, 1, 2), M)[FETCH_K1]
+    three = cpu_terms.cpu_conv(conv(90, 96, 96, 3, 2), M)[FETCH_KN]
+    assert 0.4 < one / three < 0.5
