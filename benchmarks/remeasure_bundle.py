@@ -96,8 +96,8 @@ def stratum(args: argparse.Namespace) -> int:
 
     n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
     counts = {"deep": args.deep, "body": args.body, "pointwise": args.pointwise}
-    if not any(counts.values()):
-        raise SystemExit("stratum: give --deep, --body or --pointwise N (convs to draw)")
+    if not any(counts.values()) or min(counts.values()) < 0:
+        raise SystemExit("stratum: give --deep, --body or --pointwise N (convs to draw, N > 0)")
     specs = [(STRATA[name].model, s) for name, n in counts.items()
              for s in stratum_specs(name, n, args.seed)]
     new = compute_jobs(specs, SAMPLE_SHARES)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--num-cores", type=int, default=16)
     b.add_argument("--max-mib", type=float, default=40)
     b.add_argument("-o", "--output", required=True)
-    s = sub.add_parser("stratum", help="random convs of the deep / body strata + controls")
+    s = sub.add_parser("stratum", help="random convs of the deep/body/pointwise strata + controls")
     s.add_argument("samples")
     s.add_argument("--deep", type=int, default=0, help="random deep-layer convs to draw")
     s.add_argument("--body", type=int, default=0, help="random body-layer convs to draw")
