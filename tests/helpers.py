@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import op as rop
 
 LLVM = {"kind": "llvm"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def const(rng: np.random.Generator, shape: tuple[int, ...]) -> relax.Expr:

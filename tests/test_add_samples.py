@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("add_samples",
-                                               ROOT / "benchmarks" / "add_samples.py")
-add_samples = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(add_samples)
+add_samples = load_benchmark("add_samples")
 
 
 def _rows() -> tuple[list[str], list[dict]]:

@@ -4,19 +4,14 @@ training (``--extra``)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, load_benchmark
 
 from codl_tvm.predictor import DATA_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("predictor_seeds",
-                                               ROOT / "benchmarks" / "predictor_seeds.py")
-seeds = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(seeds)
+seeds = load_benchmark("predictor_seeds")
 DEEP = ROOT / "benchmarks" / "results" / "deep-h100" / "deep-samples.csv"
 
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+from helpers import ROOT, load_benchmark
 
 from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("probe_report",
-                                               ROOT / "benchmarks" / "probe_report.py")
-probe_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe_report)
+probe_report = load_benchmark("probe_report")
 PROBE = ROOT / "benchmarks" / "results" / "probe-h100" / "probe.csv"
 
 

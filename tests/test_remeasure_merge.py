@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
 from codl_tvm.profiler.schema import row_key
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("remeasure_bundle",
-                                               ROOT / "benchmarks" / "remeasure_bundle.py")
-remeasure = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(remeasure)
+remeasure = load_benchmark("remeasure_bundle")
 
 
 def _write(path: Path, rows: list[dict], columns: list[str]) -> None:

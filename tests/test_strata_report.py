@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, load_benchmark
 
 from codl_tvm.predictor import DATA_DIR, load
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("strata_report",
-                                               ROOT / "benchmarks" / "strata_report.py")
-strata_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strata_report)
+strata_report = load_benchmark("strata_report")
 RESULTS = ROOT / "benchmarks" / "results"
 POINTWISE = RESULTS / "pointwise-h100" / "pointwise-samples.csv"
 PROBE = RESULTS / "probe-h100" / "probe.csv"
