@@ -136,11 +136,49 @@ def merge(args: argparse.Namespace) -> int:
     return 0
 
 
+# a run's lease factor per group of rows needs this many rows in the group, else the run's
+# factor over all its rows stands in
+MIN_FACTOR_ROWS = 8
+
+
+def lease_factors(first: dict[tuple, dict], run: dict[tuple, dict],
+                  by: str | None) -> dict[str, float]:
+    """How much slower ``run``'s lease ran than ``first``'s: the median, over the rows both
+    measured, of ``run``'s estimate over ``first``'s, per value of the column ``by`` (key
+    ``"*"``: all rows). A group of fewer than :data:`MIN_FACTOR_ROWS` rows gets no factor of
+    its own (:func:`row_factor` falls back to ``"*"``)."""
+    ratios: dict[str, list[float]] = {"*": []}
+    for key, row in run.items():
+        if key not in first:
+            continue
+        ratio = float(row["latency_us"]) / float(first[key]["latency_us"])
+        ratios["*"].append(ratio)
+        if by:
+            ratios.setdefault(str(row[by]), []).append(ratio)
+    if not ratios["*"]:
+        raise SystemExit("pool --rescale: the runs share no rows to compare their leases by")
+    return {g: float(np.median(v)) for g, v in ratios.items()
+            if g == "*" or len(v) >= MIN_FACTOR_ROWS}  # fmt: skip
+
+
+def row_factor(factors: dict[str, float], row: dict, by: str | None) -> float:
+    """The lease factor of ``row``: its group's, else the run's over all rows."""
+    return factors.get(str(row[by]), factors["*"]) if by else factors["*"]
+
+
+def _scaled_visits(row: dict, factor: float) -> str:
+    return ";".join(f"{float(x) / factor:.3f}" for x in row["round_us"].split(";") if x)
+
+
 def pool(args: argparse.Namespace) -> int:
     """One file of the rows measured in every run, each with the visits of all of them.
 
     Runs on one lease that each hit a call's time limit add up to more visits per sample
     (the estimate is the mean of the lower half of its visits: more visits, less noise).
+    Runs on other leases (the CPU's speed moves from lease to lease) need ``--rescale``: the
+    visits of every run after the first are divided by that run's lease factor
+    (:func:`lease_factors`, per ``--rescale-by`` column), so all visits are on the first run's
+    scale, and the factors are printed.
     """
     import csv
 
@@ -154,16 +192,24 @@ def pool(args: argparse.Namespace) -> int:
             reader = csv.DictReader(f)
             runs.append({row_key(r): r for r in reader})
             columns = reader.fieldnames
+    by = args.rescale_by if args.rescale else None
+    factors = [{"*": 1.0}] + [lease_factors(runs[0], run, by) if args.rescale else {"*": 1.0}
+                              for run in runs[1:]]  # fmt: skip
+    for path, f in zip(args.runs[1:], factors[1:], strict=True):
+        if args.rescale:
+            print(f"{path}: lease factor " + ", ".join(f"{g} {v:.3f}" for g, v in f.items()))
     keys = [k for k in runs[0] if all(k in run for run in runs[1:])]
     rows = []
     for key in keys:
         parts = [run[key] for run in runs]
-        visits = [float(x) for r in parts for x in r["round_us"].split(";") if x]
+        scaled = [_scaled_visits(r, row_factor(f, r, by)) for r, f in zip(parts, factors,
+                                                                          strict=True)]
+        visits = [float(x) for v in scaled for x in v.split(";") if x]
         rows.append(dict(parts[0], latency_us=f"{sample_estimate(visits):.3f}",
                          median_us=f"{float(np.median(visits)):.3f}",
                          spread_us=max(float(r["spread_us"]) for r in parts),
                          repeat=sum(int(r["repeat"]) for r in parts), rounds=len(visits),
-                         round_us=";".join(r["round_us"] for r in parts)))  # fmt: skip
+                         round_us=";".join(scaled)))  # fmt: skip
     tmp = Path(args.output).with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, columns)
@@ -205,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("new")
     m.add_argument("-o", "--output", required=True)
     p = sub.add_parser("pool", help="the visits of several runs of one bundle, pooled per row")
+    p.add_argument("--rescale", action="store_true",
+                   help="runs from other leases: put every run's visits on the first run's scale")
+    p.add_argument("--rescale-by", default="algorithm",
+                   help="column whose groups get a lease factor each (default: algorithm)")
     p.add_argument("runs", nargs="+")
     p.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)

@@ -10,6 +10,7 @@ from helpers import load_benchmark
 
 from codl_tvm.predictor import DATA_DIR
 from codl_tvm.profiler import read_samples
+from codl_tvm.profiler.rounds import sample_estimate
 from codl_tvm.profiler.schema import row_key
 
 remeasure = load_benchmark("remeasure_bundle")
@@ -59,3 +60,87 @@ def test_stratum_without_convs_to_draw_stops_before_building(tmp_path, counts):
         remeasure.main(["stratum", str(DATA_DIR / "samples-x86-cuda-h100.csv"), *counts,
                         "-o", str(out)])  # fmt: skip
     assert not out.exists()
+
+
+def _cpu_rows(n: int) -> tuple[list[dict], list[str]]:
+    with open(DATA_DIR / "samples-x86-cuda-h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["role"] == "cpu" and r["round_us"]]
+        return rows[:n], list(reader.fieldnames)
+
+
+def _slower(rows: list[dict], factor: float) -> list[dict]:
+    """The rows as a lease ``factor`` times slower would have measured them."""
+    out = []
+    for r in rows:
+        visits = [float(x) * factor for x in r["round_us"].split(";")]
+        out.append(dict(r, round_us=";".join(f"{v:.3f}" for v in visits),
+                        latency_us=f"{float(r['latency_us']) * factor:.3f}"))
+    return out
+
+
+def _pool(tmp_path: Path, runs: list[list[dict]], columns: list[str], *flags: str) -> list[dict]:
+    paths = []
+    for i, rows in enumerate(runs):
+        paths.append(tmp_path / f"run{i}.csv")
+        _write(paths[-1], rows, columns)
+    out = tmp_path / "pooled.csv"
+    assert remeasure.main(["pool", *map(str, paths), *flags, "-o", str(out)]) == 0
+    return read_samples(out)
+
+
+def test_pool_joins_the_visits_of_one_lease(tmp_path):
+    rows, columns = _cpu_rows(12)
+    pooled = _pool(tmp_path, [rows, rows[2:]], columns)  # rows 0, 1: not in every run
+    assert len(pooled) == 10
+    for r, old in zip(pooled, rows[2:], strict=True):
+        assert r["round_us"] == [float(x) for x in old["round_us"].split(";")] * 2
+        assert r["rounds"] == 2 * int(old["rounds"])
+
+
+def test_pool_rescale_puts_a_slower_lease_on_the_first_runs_scale(tmp_path, capsys):
+    """Regression (session 12): pooling visits of two leases as they were mixes two CPU
+    speeds; rescaled, a run 1.25x slower throughout adds visits equal to the first run's."""
+    rows, columns = _cpu_rows(40)
+    pooled = _pool(tmp_path, [rows, _slower(rows, 1.25)], columns, "--rescale")
+    assert "lease factor * 1.250" in capsys.readouterr().out
+    for r, old in zip(pooled, rows, strict=True):
+        first = [float(x) for x in old["round_us"].split(";")]
+        assert r["round_us"] == pytest.approx(first * 2, rel=2e-3)
+        assert r["latency_us"] == pytest.approx(sample_estimate(first * 2), rel=2e-3)
+
+
+def test_lease_factors_per_group_fall_back_to_the_whole_run():
+    rows, _ = _cpu_rows(60)
+    first = {row_key(r): r for r in rows}
+    algo = rows[0]["algorithm"]
+    slow = [dict(r, latency_us=str(float(r["latency_us"]) * (1.5 if r["algorithm"] == algo
+                                                                else 1.1))) for r in rows]
+    factors = remeasure.lease_factors(first, {row_key(r): r for r in slow}, "algorithm")
+    small = {a for a in {r["algorithm"] for r in rows}
+             if sum(r["algorithm"] == a for r in rows) < remeasure.MIN_FACTOR_ROWS}
+    assert factors[algo] == pytest.approx(1.5) or algo in small
+    for a in small:
+        assert a not in factors
+        assert remeasure.row_factor(factors, {"algorithm": a}, "algorithm") == factors["*"]
+
+
+def test_pool_rescale_without_shared_rows_stops(tmp_path):
+    rows, columns = _cpu_rows(4)
+    first = {row_key(r): r for r in rows[:2]}
+    with pytest.raises(SystemExit, match="share no rows"):
+        remeasure.lease_factors(first, {row_key(r): r for r in rows[2:]}, None)
+
+
+def test_committed_pooled_rows_are_the_rescaled_pool_of_both_leases(tmp_path):
+    """Session 12's ``cpu40-pooled.csv`` is what ``pool --rescale`` makes of the shipped file
+    and the second lease's rows."""
+    from helpers import ROOT
+
+    res = ROOT / "benchmarks" / "results" / "cpu40-h100"
+    out = tmp_path / "pooled.csv"
+    assert remeasure.main(["pool", str(DATA_DIR / "samples-x86-cuda-h100.csv"),
+                           str(res / "cpu40-new.csv"), "--rescale", "-o", str(out)]) == 0
+    made, saved = read_samples(out), read_samples(res / "cpu40-pooled.csv")
+    assert [r["latency_us"] for r in made] == [r["latency_us"] for r in saved]
+    assert min(r["rounds"] for r in made) >= 40

@@ -1,0 +1,138 @@
+"""How the predictor does when its test rows are measured again, on another lease.
+
+The H100 machine is a KVM guest whose CPU speed moves from lease to lease (PREDICTOR.md,
+session 6). A predictor is trained on one lease's samples and used on later ones, so its
+accuracy on the *same* test rows re-measured on another lease is the figure a user gets. Per
+processor the other lease's rows are first put on the training lease's scale by the median
+ratio of all the rows both measured (what ``codl-tvm calibrate`` does with a few controls)::
+
+    python benchmarks/lease_report.py codl_tvm/data/samples-x86-cuda-h100.csv \
+        benchmarks/results/cpu40-h100/cpu40-new.csv [--seeds 20] \
+        [--json benchmarks/results/cpu40-h100/lease-report.json]
+
+Printed per test set (the seeded 30% splits, each held-out CNN, the whole file in-sample):
+acc10 against the training lease's rows, against the other lease's (calibrated and raw), and
+``reproduce10``: the share of the test rows whose two leases agree within +-10% once
+calibrated, the ceiling of any predictor trained on one lease and judged on the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from codl_tvm.predictor import make  # noqa: E402
+from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
+from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
+from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.schema import row_key  # noqa: E402
+
+HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
+Row = dict[str, Any]
+
+
+def lease_factors(rows: list[Row], other: dict[tuple, Row]) -> dict[str, float]:
+    """Per processor, the median of the other lease's latency over this one's (shared rows)."""
+    ratios: dict[str, list[float]] = {}
+    for r in rows:
+        o = other.get(row_key(r))
+        if o is not None:
+            ratios.setdefault(r["role"], []).append(o["latency_us"] / r["latency_us"])
+    if not ratios:
+        raise SystemExit("lease_report: the two files share no rows (another pair or bundle?)")
+    return {role: float(np.median(v)) for role, v in ratios.items()}
+
+
+def _scores(pred: Any, test: list[Row], other: dict[tuple, Row], factors: dict[str, float],
+            role: str) -> dict[str, float]:
+    """acc10 of ``pred`` on ``role``'s compute rows of ``test`` that the other lease measured,
+    against both leases' latencies, and the two leases' own agreement."""
+    test = [r for r in test if r["role"] == role and r["op"] not in SHARING_KINDS
+            and row_key(r) in other]  # fmt: skip
+    if not test:  # the other lease measured none of this set's rows
+        return dict.fromkeys(("this_lease", "other_calibrated", "other_raw", "reproduce10"),
+                             None) | {"n": 0}
+    p = np.asarray(pred.predict(test))
+    here = np.array([r["latency_us"] for r in test])
+    there = np.array([other[row_key(r)]["latency_us"] for r in test])
+    calibrated = there / factors[role]
+
+    def acc10(y: np.ndarray) -> float:
+        return float(np.mean(np.abs(p / y - 1) <= 0.1))
+
+    return {"n": len(test), "this_lease": acc10(here), "other_calibrated": acc10(calibrated),
+            "other_raw": acc10(there),
+            "reproduce10": float(np.mean(np.abs(calibrated / here - 1) <= 0.1))}  # fmt: skip
+
+
+def report(rows: list[Row], other_rows: list[Row], seeds: int, role: str = "cpu"
+           ) -> dict[str, Any]:
+    """The scores of :func:`_scores` on the seeded splits (mean), each held-out CNN and the
+    whole file in-sample, with the lease factors."""
+    other = {row_key(r): r for r in other_rows}
+    factors = lease_factors(rows, other)
+
+    def fit(train: list[Row]) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make("codl").fit(train)
+
+    def scored(train: list[Row], test: list[Row]) -> dict[str, float]:
+        return _scores(fit(train), test, other, factors, role)
+
+    splits = [scored(*split_rows(rows, 0.3, s)) for s in range(seeds)]
+    sets = {f"30% split, mean of {seeds} seeds": _mean(splits)}
+    for model in HELD_OUT:
+        sets[f"held-out {model}"] = scored(*split_models(rows, [model]))
+    sets["whole file, in-sample"] = scored(rows, rows)
+    return {"processor": role, "lease_factors": factors, "sets": sets}
+
+
+def _mean(scores: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each score's mean over the splits that have rows the other lease measured."""
+    have = [s for s in scores if s["n"]]
+    return {k: float(np.mean([s[k] for s in have])) if have else None for k in scores[0]}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    f = ", ".join(f"{k} {v:.3f}" for k, v in rep["lease_factors"].items())
+    print(f"other lease / this lease (median): {f}\n")
+    print(f"| {rep['processor']} test set | rows | this lease | other lease, calibrated | "
+          "other lease, raw | leases agree (reproduce10) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, s in rep["sets"].items():
+        cells = [_pct(s[k]) for k in ("this_lease", "other_calibrated", "other_raw",
+                                      "reproduce10")]  # fmt: skip
+        print(f"| {name} | {s['n'] or 0:.0f} | " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("samples", type=Path, help="the training lease's samples")
+    ap.add_argument("other", type=Path, help="rows of it measured again on another lease")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--processor", default="cpu")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    rep = report(read_samples(args.samples), read_samples(args.other), args.seeds,
+                 args.processor)
+    print_report(rep)
+    if args.json:
+        args.json.write_text(json.dumps(rep, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

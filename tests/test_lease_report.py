@@ -1,0 +1,88 @@
+"""benchmarks/lease_report.py: the predictor judged on its test rows measured on another lease."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import load_benchmark
+
+from codl_tvm.predictor import DATA_DIR
+from codl_tvm.profiler import read_samples
+
+lease = load_benchmark("lease_report")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
+
+
+def _slower(rows, factor: float, every: int = 0):
+    """The rows as a lease ``factor`` times slower on the CPU measured them; with ``every``,
+    each ``every``-th CPU row also 1.5x slower still (a row the leases disagree on)."""
+    out = []
+    for i, r in enumerate(rows):
+        f = factor * (1.5 if every and i % every == 0 else 1.0) if r["role"] == "cpu" else 1.0
+        out.append(dict(r, latency_us=r["latency_us"] * f))
+    return out
+
+
+def test_a_uniformly_slower_lease_scores_the_same_once_calibrated(rows, capsys):
+    rep = lease.report(rows, _slower(rows, 1.3), seeds=1)
+    assert rep["lease_factors"]["cpu"] == pytest.approx(1.3)
+    assert rep["lease_factors"]["gpu"] == pytest.approx(1.0)
+    for s in rep["sets"].values():
+        assert s["other_calibrated"] == pytest.approx(s["this_lease"])
+        assert s["reproduce10"] == 1.0
+        assert s["other_raw"] < s["this_lease"]  # 30% slower: hardly a row within +-10%
+    lease.print_report(rep)
+    assert "held-out YOLO-V2" in capsys.readouterr().out
+
+
+def test_rows_the_leases_disagree_on_lower_the_ceiling(rows):
+    rep = lease.report(rows, _slower(rows, 1.0, every=5), seeds=1)
+    whole = rep["sets"]["whole file, in-sample"]
+    assert whole["reproduce10"] == pytest.approx(0.8, abs=0.02)
+    assert whole["other_calibrated"] <= whole["reproduce10"]
+
+
+def test_files_without_shared_rows_are_one_clear_error(rows):
+    with pytest.raises(SystemExit, match="share no rows"):
+        lease.lease_factors(rows[:5], {})
+
+
+def test_cli_writes_the_json(tmp_path, rows):
+    import csv
+    import json
+
+    other = tmp_path / "other.csv"
+    with open(DATA_DIR / "samples-x86-cuda-h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        kept = [r for r in reader if r["model"] == "VGG-16"]
+        columns = reader.fieldnames
+    with open(other, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows(kept)
+    out = tmp_path / "rep.json"
+    assert lease.main([str(DATA_DIR / "samples-x86-cuda-h100.csv"), str(other), "--seeds", "1",
+                       "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["sets"]["held-out VGG-16"]["reproduce10"] == 1.0
+    assert doc["sets"]["held-out YOLO-V2"] == {"n": 0, "this_lease": None, "reproduce10": None,
+                                               "other_calibrated": None, "other_raw": None}
+
+
+def test_the_second_h100_lease_finding_is_reproducible(rows):
+    """Session 12: the committed second-lease rows give the committed report (the whole file
+    in-sample; the splits take longer and follow the same code)."""
+    import json
+
+    from helpers import ROOT
+
+    res = ROOT / "benchmarks" / "results" / "cpu40-h100"
+    rep = lease.report(rows, read_samples(res / "cpu40-new.csv"), seeds=1)
+    saved = json.loads((res / "lease-report.json").read_text())
+    assert rep["lease_factors"]["cpu"] == pytest.approx(saved["lease_factors"]["cpu"])
+    whole = rep["sets"]["whole file, in-sample"]
+    assert whole == pytest.approx(saved["sets"]["whole file, in-sample"])
+    assert whole["other_calibrated"] < whole["this_lease"] < whole["reproduce10"]
