@@ -33,6 +33,7 @@ from codl_tvm.predictor import make  # noqa: E402
 from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
 from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.noise import lease_ratios  # noqa: E402
 from codl_tvm.profiler.schema import row_key  # noqa: E402
 
 HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
@@ -41,13 +42,8 @@ Row = dict[str, Any]
 
 def lease_factors(rows: list[Row], other: dict[tuple, Row]) -> dict[str, float]:
     """Per processor, the median of the other lease's latency over this one's (shared rows)."""
-    ratios: dict[str, list[float]] = {}
-    for r in rows:
-        o = other.get(row_key(r))
-        if o is not None:
-            ratios.setdefault(r["role"], []).append(o["latency_us"] / r["latency_us"])
-    if not ratios:
-        raise SystemExit("lease_report: the two files share no rows (another pair or bundle?)")
+    ratios = lease_ratios(rows, other, "role")
+    del ratios["*"]
     return {role: float(np.median(v)) for role, v in ratios.items()}
 
 

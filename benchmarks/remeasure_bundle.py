@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.noise import lease_ratios  # noqa: E402
 from codl_tvm.profiler.space import Job  # noqa: E402
 
 
@@ -147,16 +148,7 @@ def lease_factors(first: dict[tuple, dict], run: dict[tuple, dict],
     measured, of ``run``'s estimate over ``first``'s, per value of the column ``by`` (key
     ``"*"``: all rows). A group of fewer than :data:`MIN_FACTOR_ROWS` rows gets no factor of
     its own (:func:`row_factor` falls back to ``"*"``)."""
-    ratios: dict[str, list[float]] = {"*": []}
-    for key, row in run.items():
-        if key not in first:
-            continue
-        ratio = float(row["latency_us"]) / float(first[key]["latency_us"])
-        ratios["*"].append(ratio)
-        if by:
-            ratios.setdefault(str(row[by]), []).append(ratio)
-    if not ratios["*"]:
-        raise SystemExit("pool --rescale: the runs share no rows to compare their leases by")
+    ratios = lease_ratios(list(first.values()), run, by)
     return {g: float(np.median(v)) for g, v in ratios.items()
             if g == "*" or len(v) >= MIN_FACTOR_ROWS}  # fmt: skip
 

@@ -122,3 +122,24 @@ def format_noise(rows: Sequence[dict[str, Any]]) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+def lease_ratios(rows: Sequence[dict[str, Any]], other: dict[tuple, dict[str, Any]],
+                 group: str | None = None) -> dict[str, list[float]]:
+    """Per value of the column ``group`` (key ``"*"``: every row), the ratios of ``other``'s
+    latency over ``rows``' for the rows both measured (``other`` keyed by ``row_key``): how
+    much slower another lease ran the same samples. Latencies may be CSV strings."""
+    from codl_tvm.profiler.schema import row_key
+
+    ratios: dict[str, list[float]] = {"*": []}
+    for r in rows:
+        o = other.get(row_key(r))
+        if o is None:
+            continue
+        ratio = float(o["latency_us"]) / float(r["latency_us"])
+        ratios["*"].append(ratio)
+        if group:
+            ratios.setdefault(str(r[group]), []).append(ratio)
+    if not ratios["*"]:
+        raise SystemExit("the two measurements share no rows (another pair or bundle?)")
+    return ratios
