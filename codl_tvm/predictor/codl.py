@@ -38,6 +38,7 @@ from codl_tvm.predictor.blocking import (
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.predictor.ties import TIED_UNITS, Tie
 
 
 def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
@@ -117,16 +118,19 @@ class CoDLPredictor(BasePredictor):
             stream = self._learn_stream_bytes(groups, subs, y)
         self.machine_ = dataclasses.replace(self.machine_, cpu_stream_bytes=int(stream))
         self.t_: dict[str, Any] = {}
-        for key, idx in sorted(groups.items()):
+        # models with a tied unit after the models they take it from
+        for key in sorted(groups, key=lambda k: (self._tie(k) is not None, k)):
+            idx = groups[key]
             role, _, algo = key.split("/")[:3]
             fam = self.family_[role]
             if algo in ANALYTIC[fam]:
-                self.t_[key] = self._fit_group(fam, algo, [subs[i] for i in idx], y[idx])
+                self.t_[key] = self._fit_group(key, [subs[i] for i in idx], y[idx])
             else:
                 cols = ("block", "unit", "cores")
                 blk = [int(np.median([rows[i][c] for i in idx])) for c in cols]
                 a = np.array([recorded_terms(subs[i], *blk) for i in idx])
                 self.t_[key] = {"b": blk, "t": _fit(a, y[idx], self.irls_iters)}
+        self.t_ = dict(sorted(self.t_.items()))  # the file's order, whatever the fits' order
         self.floor_us_ = self._launch_floors(groups, y)
         self._index()
 
@@ -146,9 +150,26 @@ class CoDLPredictor(BasePredictor):
             out[key] = float(f"{y[idx].min() if own else role_min[key.split('/')[0]]:.3g}")
         return out
 
-    def _fit_group(self, fam: str, algo: str, subs: list[OpSpec], y: np.ndarray) -> list[float]:
+    def _fit_group(self, key: str, subs: list[OpSpec], y: np.ndarray) -> list[float]:
+        role, _, algo = key.split("/")[:3]
+        fam = self.family_[role]
         a = np.array([terms(fam, s, self.machine_, algo) for s in subs])
-        return _fit(a, y, self.irls_iters)
+        tie = self._tie(key)
+        if tie is None:
+            return _fit(a, y, self.irls_iters)
+        unit = tie.unit(self.t_.get(f"{role}/{tie.source}"))
+        free = [j for j in range(a.shape[1]) if j != tie.column]
+        coef = robust_rel_fit(a[:, free], y, self.irls_iters, offset=a[:, tie.column] * unit)
+        out = [0.0] * a.shape[1]
+        for j, c in zip(free, coef, strict=True):
+            out[j] = float(c)
+        out[tie.column] = unit
+        return out
+
+    def _tie(self, key: str) -> Tie | None:
+        """The tie of a model whose unit comes from another model (:data:`ties.TIED_UNITS`)."""
+        role, _, algo = key.split("/")[:3]
+        return TIED_UNITS.get((self.family_[role], algo))
 
     def _learn_stream_bytes(self, groups: dict[str, list[int]], subs: list[OpSpec],
                             y: np.ndarray) -> int:

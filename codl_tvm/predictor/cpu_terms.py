@@ -237,7 +237,19 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
         # (the weight vector loads of a task whose IC x ocb panel spills L1, as in cpu_conv,
         # fitted to 0.1 ns beside the U term and moved no +-10% outcome: left out)
+        # the weight transform's pass beyond the L2s, per core: the part of U past them and
+        # the 9/16 as many weight bytes it is made from stream from L3 at a plain pass's rate.
+        # Its unit is not fitted but tied to the elementwise model's time per streamed byte
+        # (``ties.TIED_UNITS``): only YOLO-V2's 13x13 x1024 rows of the training file have
+        # U beyond the L2s, and held out the fit had no row to learn it from (0.43-0.81x)
+        winograd_streamed_bytes(16 * ocp * ocb * s.IC * 4, l2s) / m.cores,
     ]
+
+
+def winograd_streamed_bytes(u_bytes: int, l2s_bytes: int) -> float:
+    """Bytes the Winograd weight transform streams past the L2s: U's part beyond them, and
+    the 3x3 weights it is made from (9 floats for 16 of U)."""
+    return max(0, u_bytes - l2s_bytes) * (1 + 9 / 16)
 
 
 def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:

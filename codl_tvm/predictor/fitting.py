@@ -9,8 +9,10 @@ IRLS_ITERS = 5
 IRLS_FLOOR = 0.02  # relative residual below which a sample's weight stops growing
 
 
-def robust_rel_fit(a: np.ndarray, y: np.ndarray, iters: int = IRLS_ITERS) -> np.ndarray:
-    """Non-negative coefficients ``c`` minimising ~ sum |a @ c / y - 1| (IRLS over NNLS).
+def robust_rel_fit(a: np.ndarray, y: np.ndarray, iters: int = IRLS_ITERS,
+                   offset: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative coefficients ``c`` minimising ~ sum |(a @ c + offset) / y - 1| (IRLS over
+    NNLS); ``offset``: the part of each sample's time already known (default none).
 
     Non-negative: a unit of work (or a byte copied) never takes negative time. Relative:
     +-10% accuracy counts small relative errors, and a 10 us copy matters as much as a 10 ms
@@ -21,9 +23,10 @@ def robust_rel_fit(a: np.ndarray, y: np.ndarray, iters: int = IRLS_ITERS) -> np.
     scale = rel.max(axis=0)
     scale[scale <= 0] = 1.0
     rel = rel / scale
+    target = np.ones(len(y)) if offset is None else 1.0 - offset / y
     w = np.ones(len(y))
     coef = np.zeros(a.shape[1])
     for _ in range(iters + 1):
-        coef, _ = nnls(rel * w[:, None], w)
-        w = 1.0 / np.sqrt(np.maximum(np.abs(rel @ coef - 1.0), IRLS_FLOOR))
+        coef, _ = nnls(rel * w[:, None], target * w)
+        w = 1.0 / np.sqrt(np.maximum(np.abs(rel @ coef - target), IRLS_FLOOR))
     return coef / scale

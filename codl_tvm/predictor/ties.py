@@ -1,0 +1,39 @@
+"""Units a codl model takes from another fitted model instead of fitting them.
+
+A term whose regime the training file reaches in one CNN only cannot be learned once that CNN
+is held out: the fit sets its unit to 0 and the held-out layers lose the term. Where the term
+is a pass of a kind another kernel's model already prices, its unit is taken from that model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+
+def streamed_byte_us(eltwise: Any) -> float:
+    """Time per byte per core of a parallel pass past the caches, from the fitted elementwise
+    model (``cpu_terms.cpu_eltwise``; ``[t0, per element, gathered, streamed byte, DRAM
+    byte]``): its per-element unit over the 8 bytes an element's pass counts, plus its
+    streamed-byte unit. 0 without such a model (a quick profile) or with a recorded one."""
+    if not isinstance(eltwise, list) or len(eltwise) < 4:
+        return 0.0
+    return eltwise[1] / 8 + eltwise[3]
+
+
+class Tie(NamedTuple):
+    """Column ``column`` of a model's terms takes ``unit(<role>/<source> model's units)``."""
+
+    column: int
+    source: str
+    unit: Callable[[Any], float]
+
+
+# (family, algorithm) -> its tie. The CPU Winograd weight transform's bytes beyond the L2s
+# (``cpu_terms.winograd_streamed_bytes``) stream as an elementwise pass's do; the H100 file has
+# them only in YOLO-V2's 13x13 x1024 layers. Tied, those layers' held-out row splits go from
+# 0.43-0.81x to 0.95-1.07x of their times; fitted on the whole file, no prediction moves by
+# more than 1% (session 13).
+TIED_UNITS: dict[tuple[str, str], Tie] = {
+    ("cpu", "winograd-2x2-3x3"): Tie(6, "elementwise/parallel-loops", streamed_byte_us),
+}

@@ -1,0 +1,91 @@
+"""Units a codl model takes from another model instead of fitting them (``ties.TIED_UNITS``).
+
+The CPU Winograd weight transform streams U beyond the L2s (and the weights it is made from)
+as any parallel pass does; only YOLO-V2's 13x13 x1024 layers of the training file reach that
+regime, so once YOLO-V2 is held out no row can teach the rate. The unit is tied to the
+elementwise model's time per streamed byte instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from codl_tvm.predictor import DATA_DIR, blocking, cpu_terms, make
+from codl_tvm.predictor.accuracy import split_models
+from codl_tvm.predictor.fitting import robust_rel_fit
+from codl_tvm.predictor.mirror import Machine, kernel
+from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.predictor.ties import TIED_UNITS, streamed_byte_us
+from codl_tvm.profiler import read_samples
+
+M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
+L2S = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+WINO = "cpu/conv2d/winograd-2x2-3x3"
+
+
+def conv3x3(h: int, ic: int, oc: int) -> OpSpec:
+    return OpSpec("conv2d", h, h, ic, oc, 3, 3, 1, 1, (1, 1, 1, 1), 1, 1)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
+
+
+def _fit(rows: list[dict]):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make("codl").fit(rows)
+
+
+def test_winograd_streams_only_the_part_of_u_beyond_the_l2s() -> None:
+    within, beyond = conv3x3(14, 512, 512), conv3x3(13, 1024, 1024)  # U: 16 MiB, 64 MiB
+    for s in (within, beyond):
+        assert kernel("cpu", s, M).algorithm == "winograd-2x2-3x3"
+    assert blocking.cpu_winograd(within, M)[-1] == 0.0
+    u_bytes = 16 * 1024 * 1024 * 4
+    # U's bytes past the L2s written, and 9 weight floats read for every 16 of them
+    assert blocking.cpu_winograd(beyond, M)[-1] == pytest.approx(
+        (u_bytes - L2S) * 25 / 16 / M.cores)
+    assert cpu_terms.winograd_streamed_bytes(L2S, L2S) == 0.0
+
+
+def test_offset_fit_learns_only_the_unknown_part() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1.0, 10.0, size=(40, 2))
+    y = a @ np.array([2.0, 3.0])
+    coef = robust_rel_fit(a[:, :1], y, offset=3.0 * a[:, 1])
+    assert coef == pytest.approx([2.0], rel=1e-6)
+    assert robust_rel_fit(a, y) == pytest.approx([2.0, 3.0], rel=1e-6)  # no offset: as before
+
+
+def test_winograd_unit_is_the_elementwise_models_streamed_byte(rows) -> None:
+    pred = _fit(rows)
+    tie = TIED_UNITS[("cpu", "winograd-2x2-3x3")]
+    assert tie.unit is streamed_byte_us
+    unit = pred.t_[WINO][tie.column]
+    eltwise = pred.t_[f"cpu/{tie.source}"]
+    assert unit == pytest.approx(eltwise[1] / 8 + eltwise[3]) and unit > 0.0
+    assert list(pred.t_) == sorted(pred.t_)  # the file's order does not follow the fits'
+
+
+def test_without_an_elementwise_model_the_tied_unit_is_zero(rows) -> None:
+    pred = _fit([r for r in rows if r["op"] != "elementwise"])
+    assert pred.t_[WINO][TIED_UNITS[("cpu", "winograd-2x2-3x3")].column] == 0.0
+    assert all(np.isfinite(pred.t_[WINO]))
+
+
+def test_held_out_yolo_v2_winograd_rows_beyond_the_l2s(rows) -> None:
+    """Regression (session 13): fitted without YOLO-V2, its five Winograd sub-ops whose U
+    exceeds the L2s (13x13, 512-1536 -> 1024, row splits) got no transform cost past them
+    (the fit set the transform unit to 0): 0.43-0.81x their times; tied, 0.95-1.07x."""
+    train, test = split_models(rows, ["YOLO-V2"])
+    pred = _fit(train)
+    big = [r for r in test if r["role"] == "cpu" and r["algorithm"] == "winograd-2x2-3x3"
+           and 16 * r["sub_OC"] * r["IC"] * 4 > L2S]
+    assert len(big) == 5
+    ratio = np.array(pred.predict(big)) / np.array([r["latency_us"] for r in big])
+    assert np.all(np.abs(ratio - 1.0) <= 0.1), ratio
