@@ -180,8 +180,7 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
 @pytest.mark.parametrize(("model", "floor"),
                          [("YOLO-V2", 0.79), ("VGG-16", 0.87), ("POSENET", 0.86)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
-    # YOLO-V2: 78.6% until session 13, 81.8% with the Winograd transform's bytes beyond the
-    # L2s at the elementwise model's streamed rate (``ties.TIED_UNITS``)
+    # YOLO-V2: 78.6% until session 13; 81.8% with the tied Winograd unit (``ties.py``)
     assert _acc10(*split_models(rows, [model])) >= floor
 
 
