@@ -178,9 +178,10 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
 def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     """gemm-1x1: tasks (mr channels, nv*lanes pixels); work = IC x mr x nv vector FMAs per
     task and IC x nv input-panel loads; plus the input pack (padded pixels), weight pack
-    (every call) and unpack passes, and the panels a worker first fetches from the cores that
-    packed them. (The accumulator init and write-back per task fitted to 0 beside the panel
-    loads and is left out; so did a per-task cost beside the panel fetches.)"""
+    (every call) and unpack passes, the panels a worker first fetches from the cores that
+    packed them, and the call's passes beyond the L2s. (The accumulator init and write-back
+    per task fitted to 0 beside the panel loads and is left out; so did a per-task cost
+    beside the panel fetches.)"""
     c = conv_shape(s)
     mr, nv = tiling.gemm_tiles(c, m)
     np_ = nv * m.lanes
@@ -203,7 +204,21 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # 148 tasks in chunks of 10: 2 input panels of 48 pixels, 10 one-channel weight
         # panels; 0.69x the model with a per-task cost instead)
         gemm_remote_panel_floats(pp, ocp, s.IC, mr, np_, m.cores),
+        # the call's passes beyond the L2s, per core (a hinge, as the pools'): calls run
+        # back to back, so the part of one call's input, packed input, packed result and
+        # output past the L2s streams from L3 again in the next. The unit is tied to the
+        # elementwise model's streamed-byte unit (``ties.TIED_UNITS``): no 1x1 GEMM row of
+        # the training file passes the L2s, while the random body and pointwise strata's
+        # rows past them (up to 159 MiB) ran 1.2x their predictions. The weight is left
+        # out: counted in, the deep stratum's weight-bound rows lost 10 points
+        max(0, gemm_pass_bytes(s, pp * np_) - _l2s_bytes(m)) / m.cores,
     ]
+
+
+def gemm_pass_bytes(s: OpSpec, packed_pixels: int) -> int:
+    """Bytes a 1x1 GEMM call moves besides its weight: the input, the packed input
+    (``packed_pixels`` per channel, whole tiles), the packed result and the output."""
+    return (s.IC * s.H * s.W + s.IC * packed_pixels + 2 * s.out_elems) * 4
 
 
 def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:

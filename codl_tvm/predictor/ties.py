@@ -1,8 +1,9 @@
 """Units a codl model takes from another fitted model instead of fitting them.
 
-A term whose regime the training file reaches in one CNN only cannot be learned once that CNN
-is held out: the fit sets its unit to 0 and the held-out layers lose the term. Where the term
-is a pass of a kind another kernel's model already prices, its unit is taken from that model.
+A term whose regime the training file reaches in one CNN only, or not at all, cannot be
+learned: the fit sets its unit to 0 and the layers in that regime lose the term. Where the
+term is a pass of a kind another kernel's model already prices, its unit is taken from that
+model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ def streamed_byte_us(eltwise: Any) -> float:
     return eltwise[1] / 8 + eltwise[3]
 
 
+def streamed_extra_byte_us(eltwise: Any) -> float:
+    """What a byte of a parallel pass costs per core past the caches on top of its in-cache
+    time: the elementwise model's streamed-byte unit alone (its per-element unit prices the
+    pass in cache, as a kernel's own pass units do). 0 as :func:`streamed_byte_us`."""
+    if not isinstance(eltwise, list) or len(eltwise) < 4:
+        return 0.0
+    return eltwise[3]
+
+
 class Tie(NamedTuple):
     """Column ``column`` of a model's terms takes ``unit(<role>/<source> model's units)``."""
 
@@ -34,6 +44,10 @@ class Tie(NamedTuple):
 # them only in YOLO-V2's 13x13 x1024 layers. Tied, those layers' held-out row splits go from
 # 0.43-0.81x to 0.95-1.07x of their times; fitted on the whole file, no prediction moves by
 # more than 1% (session 13).
+# The 1x1 GEMM's call beyond the L2s (``cpu_terms.gemm_pass_bytes``: its pack and unpack
+# passes, priced in cache by their own units) adds the streamed-byte unit alone; fitted, it
+# was 0 (session 14).
 TIED_UNITS: dict[tuple[str, str], Tie] = {
     ("cpu", "winograd-2x2-3x3"): Tie(6, "elementwise/parallel-loops", streamed_byte_us),
+    ("cpu", "gemm-1x1"): Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
 }
