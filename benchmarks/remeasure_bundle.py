@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
 from codl_tvm.profiler.noise import lease_ratios  # noqa: E402
-from codl_tvm.profiler.space import Job  # noqa: E402
+from codl_tvm.profiler.space import STRATA, Job  # noqa: E402
 
 
 def row_job(r: dict) -> Job:
@@ -93,14 +93,14 @@ def control_jobs(rows: list[dict], n_cpu: int, n_gpu: int, seed: int) -> list[Jo
 
 
 def stratum(args: argparse.Namespace) -> int:
-    from codl_tvm.profiler.space import STRATA, compute_jobs, stratum_specs
+    from codl_tvm.profiler.space import compute_jobs, strata_specs
 
     n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
-    counts = {"deep": args.deep, "body": args.body, "pointwise": args.pointwise}
+    counts = {name: getattr(args, name) for name in STRATA}
     if not any(counts.values()) or min(counts.values()) < 0:
-        raise SystemExit("stratum: give --deep, --body or --pointwise N (convs to draw, N > 0)")
-    specs = [(STRATA[name].model, s) for name, n in counts.items()
-             for s in stratum_specs(name, n, args.seed)]
+        flags = ", ".join(f"--{name}" for name in STRATA)
+        raise SystemExit(f"stratum: give one of {flags} N (convs to draw, N > 0)")
+    specs = strata_specs(counts, args.seed)
     new = compute_jobs(specs, SAMPLE_SHARES)
     jobs = new + control_jobs(read_samples(args.samples), n_cpu, n_gpu, args.seed)
     man = _build(args, jobs)
@@ -225,12 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--num-cores", type=int, default=16)
     b.add_argument("--max-mib", type=float, default=40)
     b.add_argument("-o", "--output", required=True)
-    s = sub.add_parser("stratum", help="random convs of the deep/body/pointwise strata + controls")
+    s = sub.add_parser("stratum", help="random convs of the strata (space.STRATA) + controls")
     s.add_argument("samples")
-    s.add_argument("--deep", type=int, default=0, help="random deep-layer convs to draw")
-    s.add_argument("--body", type=int, default=0, help="random body-layer convs to draw")
-    s.add_argument("--pointwise", type=int, default=0,
-                   help="random stride-1 1x1 convs of the body layers to draw")
+    for name, st in STRATA.items():
+        s.add_argument(f"--{name}", type=int, default=0, help=f"random {st.about} to draw")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--controls", default="160,60", help="control rows: CPU,GPU")
     for name, default in (("--arch", "sm_90"), ("--mcpu", "sapphirerapids")):

@@ -164,19 +164,39 @@ def test_pointwise_stratum_draws_stride_one_1x1_convs():
     assert len({s.H for s in specs}) > 12 and space.stratum_specs("pointwise", 24, 2) == specs
 
 
-@pytest.mark.parametrize("name", ["deep", "body", "pointwise"])
+def test_downsample_stratum_draws_stride_two_1x1_convs():
+    """The training draw had no 1x1 stride-2 conv (ResNets' shortcuts, session 14)."""
+    from codl_tvm.predictor.mirror import Machine, kernel
+
+    specs = space.stratum_specs("downsample", 24, seed=3)
+    assert len(specs) == 24 and {(s.KH, s.KW, s.SH, s.SW) for s in specs} == {(1, 1, 2, 2)}
+    st = space.STRATA["downsample"]
+    assert all(st.hw[0] <= s.H <= st.hw[1] and s.pad == (0, 0, 0, 0) for s in specs)
+    assert all(st.flops[0] <= s.flops <= st.flops[1] for s in specs)
+    assert {kernel("cpu", s, Machine()).algorithm for s in specs} == {"direct-nchwc"}
+
+
+def test_strata_specs_refuses_unknown_names_and_negative_counts():
+    with pytest.raises(ValueError, match=r"unknown strata \['tail'\]: choose from \['deep'"):
+        space.strata_specs({"tail": 2})
+    with pytest.raises(ValueError, match="negative stratum counts {'body': -1}"):
+        space.strata_specs({"body": -1})
+    assert space.strata_specs({}) == []
+
+
+@pytest.mark.parametrize("name", list(space.STRATA))
 def test_make_jobs_adds_a_stratum_on_request(name):
     from codl_tvm.profiler import make_jobs
 
     model = space.STRATA[name].model
     plain = make_jobs(quick=True, sharing=False, n_specs=3)
-    jobs = make_jobs(quick=True, sharing=False, n_specs=3, **{name: 2})
+    jobs = make_jobs(quick=True, sharing=False, n_specs=3, strata={name: 2})
     drawn = [j for j in jobs if j.model == model]
     assert {j.spec for j in drawn} == set(space.stratum_specs(name, 2, 0)) and len(drawn) >= 8
     assert [j for j in jobs if j.model != model] == plain
 
 
-@pytest.mark.parametrize("flag", ["--deep", "--body", "--pointwise"])
+@pytest.mark.parametrize("flag", [f"--{name}" for name in space.STRATA])
 def test_profile_cli_refuses_a_negative_stratum_count(capsys, flag):
     from codl_tvm.profiler.cli import main
 

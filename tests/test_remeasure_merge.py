@@ -56,7 +56,7 @@ def test_control_jobs_draw_compute_rows_of_each_processor():
 @pytest.mark.parametrize("counts", [[], ["--body", "-2"]])
 def test_stratum_without_convs_to_draw_stops_before_building(tmp_path, counts):
     out = tmp_path / "bundle"
-    with pytest.raises(SystemExit, match="give --deep, --body or --pointwise N"):
+    with pytest.raises(SystemExit, match="give one of --deep, --body, --pointwise, --downsample N"):
         remeasure.main(["stratum", str(DATA_DIR / "samples-x86-cuda-h100.csv"), *counts,
                         "-o", str(out)])  # fmt: skip
     assert not out.exists()

@@ -12,7 +12,7 @@ Heavy TVM imports happen inside the functions so that ``bundle_runner`` stays ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,7 @@ def make_jobs(
     sharing: bool = True,
     max_share_bytes: int = 64 << 20,
     kinds: Sequence[str] | None = None,
-    deep: int = 0,
-    body: int = 0,
-    pointwise: int = 0,
+    strata: Mapping[str, int] | None = None,
 ) -> list[Any]:
     """The jobs of one profiling run.
 
@@ -57,15 +55,11 @@ def make_jobs(
         Also measure the sharing costs (copies, slice, concat, sync).
     kinds : list of str, optional
         Op kinds of the random ops (default: all of ``space.KIND_WEIGHTS``, weighted).
-    deep : int
-        Also this many random convs of the deep-layer stratum (``space.deep_specs``: few
-        pixels, 256-4096 channels, weights up to hundreds of MB), model ``random-deep``.
-    body : int
-        Also this many random convs of the body-layer stratum (``space.body_specs``: 28-416
-        pixels a side, 16-512 channels, 0.1-4 GFLOPs), model ``random-body``.
-    pointwise : int
-        Also this many random stride-1 1x1 convs of the body layers (``space.STRATA``),
-        model ``random-pointwise``.
+    strata : dict, optional
+        Also this many random convs of each named stratum of ``space.STRATA`` (``deep``: few
+        pixels, 256-4096 channels, weights up to hundreds of MB; ``body``: 28-416 pixels a
+        side, 16-512 channels, 0.1-4 GFLOPs; ``pointwise``: their stride-1 1x1 convs;
+        ``downsample``: stride-2 1x1 convs), each its own model (``random-deep``, ...).
     """
     from codl_tvm.profiler import space
 
@@ -83,9 +77,7 @@ def make_jobs(
             min_flops=cfg["min_flops"] if min_flops is None else min_flops,
             kinds=kinds,
         )
-    for name, n in (("deep", deep), ("body", body), ("pointwise", pointwise)):
-        stratum = space.STRATA[name]
-        specs += [(stratum.model, s) for s in space.stratum_specs(name, n, seed)]
+    specs += space.strata_specs(strata or {}, seed)
     jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from codl_tvm.profiler.bundle_runner import add_protocol_arguments, protocol_from_args
+from codl_tvm.profiler.space import STRATA
 
 
 def _count(text: str) -> int:
@@ -19,20 +20,16 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", help="comma-separated op kinds of the random ops "
                         "(conv2d, depthwise, dense, pool_max, pool_avg, elementwise)")
     parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
-    parser.add_argument("--deep", type=_count, default=0, metavar="N",
-                        help="also N random deep-layer convs (few pixels, 256-4096 channels)")
-    parser.add_argument("--body", type=_count, default=0, metavar="N",
-                        help="also N random body-layer convs (28-416 pixels, 16-512 channels, "
-                        "0.1-4 GFLOPs)")
-    parser.add_argument("--pointwise", type=_count, default=0, metavar="N",
-                        help="also N random stride-1 1x1 convs of the body layers")
+    for name, stratum in STRATA.items():
+        parser.add_argument(f"--{name}", type=_count, default=0, metavar="N",
+                            help=f"also N random {stratum.about}")
     parser.add_argument("--no-sharing", action="store_true",
                         help="leave out the sharing costs (copies, slice, concat, sync)")
 
 
 def _sampling_options(args: argparse.Namespace) -> dict:
     return {"kinds": args.kinds.split(",") if args.kinds else None, "n_specs": args.n_specs,
-            "deep": args.deep, "body": args.body, "pointwise": args.pointwise,
+            "strata": {name: getattr(args, name) for name in STRATA},
             "sharing": not args.no_sharing}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,26 +189,37 @@ class Stratum:
     """A random draw of convs from one region of CoDL's space: HW, IC and OC log-uniform in
     their ranges (channels rounded as :data:`CHANNEL_MULTIPLES`), kernels and strides as in
     :func:`random_spec` unless fixed (``kernel``, ``stride``: 0 is drawn), FLOPs within
-    ``flops``; rows of model ``model``."""
+    ``flops``; rows of model ``model``; ``about`` says what they are (the CLI's help)."""
 
     model: str
     hw: tuple[int, int]
     ic: tuple[int, int]
     oc: tuple[int, int]
     flops: tuple[float, float]
+    about: str
     kernel: int = 0
     stride: int = 0
 
 
+# name -> stratum; each is a ``--NAME N`` option of ``codl-tvm profile`` / ``profile-bundle``
+# and of ``benchmarks/remeasure_bundle.py stratum``
 STRATA: dict[str, Stratum] = {
     "deep": Stratum("random-deep", DEEP_RANGES["HW"], DEEP_RANGES["C"], DEEP_RANGES["C"],
-                    (0.0, DEEP_MAX_FLOPS)),
+                    (0.0, DEEP_MAX_FLOPS), "CNN tail layers (few pixels, 256-4096 channels)"),
     "body": Stratum("random-body", BODY_RANGES["HW"], BODY_RANGES["IC"], BODY_RANGES["OC"],
-                    BODY_FLOPS),
+                    BODY_FLOPS, "CNN body layers (28-416 pixels, 16-512 channels, 0.1-4 GFLOPs)"),
     # the body layers' stride-1 1x1 convs alone: the body draw gives few (1x1 at stride 1 is
     # ~15% of it), and the direct 1x1 kernel's plane step needs them on both sides
     "pointwise": Stratum("random-pointwise", (28, 208), BODY_RANGES["IC"], BODY_RANGES["OC"],
-                         (1e7, BODY_FLOPS[1]), kernel=1, stride=1),
+                         (1e7, BODY_FLOPS[1]), "stride-1 1x1 convs of the body layers",
+                         kernel=1, stride=1),
+    # ResNets' downsampling shortcuts: 1x1 at stride 2, 7-224 pixels, 32-2048 channels. The
+    # training draw has none (session 14), and the direct kernel the CPU runs them with was
+    # 14-23% within +-10% on the strata's 237 such rows (0.63-0.67x on the deep ones, 1.13x
+    # on the body ones)
+    "downsample": Stratum("random-downsample", (7, 224), (32, 2048), (64, 2048),
+                          (1e6, BODY_FLOPS[1]), "stride-2 1x1 convs (ResNet shortcuts)",
+                          kernel=1, stride=2),
 }
 
 
@@ -231,6 +242,19 @@ def stratum_specs(name: str, n: int, seed: int = 0) -> list[OpSpec]:
         if st.flops[0] <= spec.flops <= st.flops[1]:
             specs.append(spec)
     return specs
+
+
+def strata_specs(counts: Mapping[str, int], seed: int = 0) -> list[tuple[str, OpSpec]]:
+    """(model, conv) of ``counts[name]`` random convs of each named stratum, in the order of
+    :data:`STRATA`; an unknown name or a negative count is a ``ValueError``."""
+    unknown = sorted(set(counts) - set(STRATA))
+    if unknown:
+        raise ValueError(f"unknown strata {unknown}: choose from {list(STRATA)}")
+    bad = {name: n for name, n in counts.items() if n < 0}
+    if bad:
+        raise ValueError(f"negative stratum counts {bad}: a count of convs is 0 or more")
+    return [(st.model, s) for name, st in STRATA.items()
+            for s in stratum_specs(name, counts.get(name, 0), seed)]
 
 
 def deep_specs(n: int, seed: int = 0) -> list[OpSpec]:
