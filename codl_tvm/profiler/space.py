@@ -215,7 +215,7 @@ STRATA: dict[str, Stratum] = {
                          kernel=1, stride=1),
     # ResNets' downsampling shortcuts: 1x1 at stride 2, 7-224 pixels, 32-2048 channels. The
     # training draw has none (session 14), and the direct kernel the CPU runs them with was
-    # 14-23% within +-10% on the strata's 237 such rows (0.63-0.67x on the deep ones, 1.13x
+    # 14-24% within +-10% on the strata's 236 such rows (0.63-0.67x on the deep ones, 1.13x
     # on the body ones)
     "downsample": Stratum("random-downsample", (7, 224), (32, 2048), (64, 2048),
                           (1e6, BODY_FLOPS[1]), "stride-2 1x1 convs (ResNet shortcuts)",
