@@ -167,14 +167,12 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
-    # session 6 (samples of 12 visits, lower-half mean; GEMV and elementwise terms): 71.6%;
-    # session 7 (Winograd re-measured after its V planes were skewed, direct-conv spills):
-    # 75.9%; with the 288 random 1x1 rows (hard: ~39% of them) 71.1%; session 8 (all CPU
-    # rows re-measured with TVM's pool at 16 workers; panel, row and page terms of TVM's
-    # static chunks) 76.7%, 81.1% with the direct conv's unpack and panel terms, 85.0% (84.96) with
-    # the GEMV split loads and the pool / elementwise terms of LLVM's code; floors ~2-4 points
-    # under
-    assert _acc10(*split_rows(rows, 0.3, 0)) >= 0.82
+    # session 6: 71.6%; 7: 75.9% (71.1% with the hard random 1x1 rows); 8 (16 workers; TVM's
+    # static chunks, LLVM's code): 85.0%; 14, with 1x1 stride-2 rows (58% of them): 80.4%,
+    # the rest 85.55% as before (PREDICTOR.md has each step); floors 2-4 points under
+    train, test = split_rows(rows, 0.3, 0)
+    assert _acc10(train, test) >= 0.78
+    assert _acc10(train, [r for r in test if r["model"] != "random-downsample"]) >= 0.82
 
 
 @pytest.mark.parametrize(("model", "floor"),

@@ -11,6 +11,7 @@ import pytest
 from sklearn.base import clone
 
 from codl_tvm.predictor import (
+    FORMAT_VERSION,
     KINDS,
     OpSpec,
     OutOfRangeWarning,
@@ -101,7 +102,7 @@ def test_predict_op_is_eq2(rows):
 def test_json_round_trip(rows, kind, tmp_path):
     p = train(rows, kind=kind, output=tmp_path / "p.json")
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert doc["kind"] == kind and doc["version"] == 1 and doc["pair"] == "cpu-pair"
+    assert doc["kind"] == kind and doc["version"] == FORMAT_VERSION and doc["pair"] == "cpu-pair"
     q = load(tmp_path / "p.json")
     np.testing.assert_allclose(q.predict(rows), p.predict(rows), rtol=2e-3)
     assert q.get_params() == p.get_params()

@@ -17,7 +17,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: roles of one trained range share one entry ("cpu,gpu")
+READS_VERSIONS = (1, 2)
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
 _range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}
@@ -66,8 +67,37 @@ def compact_json(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(compact_json(x) for x in v) + "]"
     if isinstance(v, float):
-        return _EXPONENT_ZEROS.sub(r"e\1\2", json.dumps(v))
+        return _shortest(v)
     return json.dumps(v)
+
+
+def _shortest(v: float) -> str:
+    """The shortest text that reads back as exactly ``v`` (``6.27e-4``, not ``0.000627``)."""
+    text = _EXPONENT_ZEROS.sub(r"e\1\2", json.dumps(v))
+    if not math.isfinite(v):
+        return text
+    for digits in range(17):
+        sci = _EXPONENT_ZEROS.sub(r"e\1\2", f"{v:.{digits}e}").replace("e+", "e")
+        if float(sci) == v:
+            return sci if len(sci) < len(text) else text
+    return text
+
+
+def _compact_ranges(ranges: dict[str, Any]) -> dict[str, Any]:
+    """Roles of equal trained ranges under one key, joined by commas (the profiler measures
+    every shape on both processors, so a pair's two ranges are one)."""
+    out: dict[str, Any] = {}
+    for role, r in ranges.items():
+        same = next((k for k, v in out.items() if v == r), None)
+        if same is None:
+            out[role] = r
+        else:
+            out[f"{same},{role}"] = out.pop(same)
+    return out
+
+
+def _expand_ranges(ranges: dict[str, Any]) -> dict[str, Any]:
+    return {role: r for key, r in ranges.items() for role in key.split(",")}
 
 
 class BasePredictor(BaseEstimator, RegressorMixin):
@@ -228,7 +258,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             "version": FORMAT_VERSION,
             "pair": self.pair_,
             "params": self.get_params(),
-            "range": self.range_,
+            "range": _compact_ranges(self.range_),
             "sharing": self.sharing_.to_json(),
             **({"trained_on": self.trained_on_} if getattr(self, "trained_on_", None) else {}),
             **({"speed": self.speed_} if getattr(self, "speed_", None) else {}),
@@ -258,7 +288,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BasePredictor:
         obj = cls(**doc.get("params", {}))
-        obj.pair_, obj.range_ = doc["pair"], doc["range"]
+        obj.pair_, obj.range_ = doc["pair"], _expand_ranges(doc["range"])
         obj.sharing_ = SharingModel(doc["sharing"])
         obj._warned = set()
         if "trained_on" in doc:
@@ -285,10 +315,10 @@ def load(path: str | Path) -> BasePredictor:
         raise PredictorFileError(
             f"{path}: unknown predictor kind {doc['kind']!r}; known: {sorted(REGISTRY)}"
         )
-    if doc.get("version") != FORMAT_VERSION:
+    if doc.get("version") not in READS_VERSIONS:
         raise PredictorFileError(
             f"{path}: predictor format version {doc.get('version')!r}, this codl-tvm reads "
-            f"version {FORMAT_VERSION}; retrain it with `codl-tvm train`"
+            f"versions {', '.join(map(str, READS_VERSIONS))}; retrain it with `codl-tvm train`"
         )
     try:
         return REGISTRY[doc["kind"]].from_json(doc)

@@ -106,8 +106,19 @@ def model_algorithm(algorithm: str) -> str:
 
 
 def variant(s: OpSpec) -> str:
-    """``k1`` / ``kn``: CoDL keeps one model per filter-size algorithm."""
-    return "k1" if s.KH * s.KW == 1 else "kn"
+    """``k1`` / ``k1s2`` / ``kn``: CoDL keeps one model per filter-size algorithm, and a 1x1
+    window at stride 2 gets its own. It reads a quarter of the input its pad pass copies, so
+    its pass and fetch units differ from stride 1's, where the two terms scale alike and the
+    fit cannot tell them apart. Trained with the stride-1 rows in one model, 1x1 stride-2
+    rows cost the CPU split 2.6 points and the GPU's held-out POSENET 8 (session 14)."""
+    if s.KH * s.KW != 1:
+        return "kn"
+    return "k1s2" if max(s.SH, s.SW) > 1 else "k1"
+
+
+# the variant whose model predicts a variant that has none (a file trained without samples
+# of it): a 1x1 stride-2 conv falls back to the 1x1 model, as before it had its own
+VARIANT_FALLBACK: dict[str, str] = {"k1s2": "k1"}
 
 
 def kernel_kind(s: OpSpec) -> str:

@@ -28,6 +28,7 @@ from codl_tvm.predictor.base import BasePredictor, sub_spec
 from codl_tvm.predictor.blocking import (
     ANALYTIC,
     BY_FILTER,
+    VARIANT_FALLBACK,
     Machine,
     kernel_kind,
     model_algorithm,
@@ -232,15 +233,17 @@ class CoDLPredictor(BasePredictor):
         self._warned_algo: set[str] = set()
 
     def _fallback_key(self, key: str) -> str | None:
-        """A model of the same role and kind for a kernel without one: same filter-size
-        variant first, then the analytic ones, then by name (deterministic)."""
+        """A model of the same role and kind for a kernel without one: the same algorithm's
+        fallback variant (:data:`VARIANT_FALLBACK`) first, then the same filter-size variant,
+        then the analytic ones, then by name (deterministic)."""
         if key not in self._fallback:
-            role, kind = key.split("/")[:2]
+            role, kind, *rest = key.split("/")
+            near = "/".join([role, kind, *rest[:1], VARIANT_FALLBACK.get(rest[-1], "")])
             same = [k for k in self.t_ if k.split("/")[:2] == [role, kind]]
             tail = key.split("/")[3:]
 
-            def rank(k: str) -> tuple[bool, bool, str]:
-                return (k.split("/")[3:] != tail, isinstance(self.t_[k], dict), k)
+            def rank(k: str) -> tuple[bool, bool, bool, str]:
+                return (k != near, k.split("/")[3:] != tail, isinstance(self.t_[k], dict), k)
 
             self._fallback[key] = min(same, key=rank) if same else ""
         return self._fallback[key] or None
@@ -268,19 +271,27 @@ class CoDLPredictor(BasePredictor):
             return
         if key not in self._warned_algo:
             self._warned_algo.add(key)
+            why = _MISSING_WHY.get(key.split("/")[-1], _MISSING_WHY[""])
             warnings.warn(
-                f"the codl predictor has no model {key!r} (its samples predate that kernel); "
-                f"predicting with {other!r}: re-profile and retrain for accurate predictions",
+                f"the codl predictor has no model {key!r} ({why}); predicting with "
+                f"{other!r}: re-profile and retrain for accurate predictions",
                 AlgorithmFallbackWarning,
                 stacklevel=4,
             )
 
     def _model_json(self) -> dict[str, Any]:
         m = self.machine_
+        # 2 KB: no family map when every role is its own family (x86-cuda), the models
+        # grouped by role, and no trailing zero units (a prediction sums units x terms)
+        same = all(role == fam for role, fam in self.family_.items())
+        by_role: dict[str, dict[str, Any]] = defaultdict(dict)
+        for key, units in self.t_.items():
+            role, rest = key.split("/", 1)
+            by_role[role][rest] = _trim_zeros(units)
         return {
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
-            "family": self.family_,
-            "t": self.t_,
+            **({} if same else {"family": self.family_}),
+            "t": dict(by_role),
             # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
             "floor": [self.floor_us_[k] for k in sorted(self.t_) if k in self.floor_us_],
         }
@@ -289,8 +300,9 @@ class CoDLPredictor(BasePredictor):
         cores, lanes, sms, l2, *stream = doc["machine"]  # files before 0.1: no stream limit
         self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2),
                                 cpu_stream_bytes=int(stream[0]) if stream else 0)
-        self.family_ = doc["family"]
-        self.t_ = {_current_key(k, v, self.family_): v for k, v in doc["t"].items()}
+        flat = _flat_models(doc["t"])
+        self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
+        self.t_ = {_current_key(k, v, self.family_): v for k, v in flat.items()}
         floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
         floors = doc.get("floor", [])  # files before session 7: no floors
         if floors and len(floors) != len(floored):
@@ -298,6 +310,12 @@ class CoDLPredictor(BasePredictor):
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
 
+
+# why a model is missing, by the key's last part (a filter variant), for the fallback warning
+_MISSING_WHY = {
+    "k1s2": "its samples have no 1x1 stride-2 conv: profile with --downsample N",
+    "": "its samples predate that kernel",
+}
 
 # Families whose kernels have a launch floor: no GPU kernel returns faster than its launch and
 # completion (4.5 us on the H100 machine), while the linear terms of a tiny kernel sum to less
@@ -332,6 +350,24 @@ def _current_key(key: str, value: Any, family: dict[str, str]) -> str:
         return f"{role}/{kind}/{'/'.join(parts[3:])}"
     algo = _OLD_ALGORITHM.get((family.get(role, role), kind), "")
     return f"{role}/{kind}/{algo}" + (f"/{var}" if algo in BY_FILTER else "")
+
+
+def _flat_models(t: dict[str, Any]) -> dict[str, Any]:
+    """``role/kind/...`` -> units, from a file's models grouped by role (format 2) or keyed
+    flat (format 1: every key holds a ``/``)."""
+    if all("/" in k for k in t):
+        return t
+    return {f"{role}/{rest}": units for role, models in t.items() for rest, units in models.items()}
+
+
+def _trim_zeros(units: Any) -> Any:
+    """A model's unit list without its trailing zeros (a recorded model's dict as it is)."""
+    if not isinstance(units, list):
+        return units
+    n = len(units)
+    while n > 1 and units[n - 1] == 0:
+        n -= 1
+    return units[:n]
 
 
 def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:

@@ -1,0 +1,106 @@
+"""1x1 convs at stride 2 have their own codl models (``blocking.variant``: ``k1s2``).
+
+The H100 training file had none until session 14, which measured the ``downsample`` stratum
+(``benchmarks/results/downsample-h100``) and added it. The 1x1 stride-2 rows of the deep,
+deep2 and body strata are never trained on: they test the new models blind.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codl_tvm.predictor import DATA_DIR, FORMAT_VERSION, load, make
+from codl_tvm.predictor.blocking import variant
+from codl_tvm.predictor.codl import AlgorithmFallbackWarning
+from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.profiler import read_samples
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+FORMAT1 = Path(__file__).parent / "data" / "predictor-x86-cuda-format1.json"
+SHORTCUT = OpSpec("conv2d", 56, 56, 256, 512, 1, 1, 2, 2)  # ResNet-50's first shortcut
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load(DATA_DIR / "predictor-x86-cuda.json")
+
+
+def test_a_1x1_window_at_stride_2_is_its_own_variant() -> None:
+    assert variant(SHORTCUT) == "k1s2"
+    assert variant(OpSpec("conv2d", 56, 56, 256, 512, 1, 1)) == "k1"
+    assert variant(OpSpec("conv2d", 56, 56, 256, 512, 3, 3, 2, 2, (1, 1, 1, 1))) == "kn"
+
+
+def test_the_shipped_predictor_has_stride_2_models(shipped) -> None:
+    for role, algo in (("cpu", "direct-nchwc"), ("gpu", "gpu-conv-tiled")):
+        assert f"{role}/conv2d/{algo}/k1s2" in shipped.t_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AlgorithmFallbackWarning)
+        assert shipped.kernel_us("cpu", SHORTCUT) > 0 and shipped.kernel_us("gpu", SHORTCUT) > 0
+
+
+def test_a_file_without_them_predicts_with_the_1x1_model_and_says_why() -> None:
+    """The format-1 file of session 13 loads; its 1x1 stride-2 predictions are what they were
+    (its 1x1 model), with one warning naming the missing samples."""
+    old = load(FORMAT1)
+    assert "cpu/conv2d/direct-nchwc/k1s2" not in old.t_
+    with pytest.warns(AlgorithmFallbackWarning, match="no 1x1 stride-2 conv: profile with --down"):
+        us = old.kernel_us("cpu", SHORTCUT)
+    assert us == pytest.approx(old._kernel_us("cpu", SHORTCUT, None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AlgorithmFallbackWarning)
+        old.kernel_us("cpu", SHORTCUT)  # once per model
+    key = old._fallback_key("gpu/conv2d/gpu-conv-tiled/k1s2")
+    assert key == "gpu/conv2d/gpu-conv-tiled/k1"  # not the first name in order ("direct")
+
+
+def test_format_2_is_format_1_grouped_without_losing_a_digit(rows, tmp_path) -> None:
+    """Format 2: one range entry for roles of one range, models grouped by role, no trailing
+    zero units, floats in their shortest text. Trained on the session 13 rows it predicts
+    every row exactly as the format-1 file of those rows."""
+    before = [r for r in rows if r["model"] != "random-downsample"]
+    path = tmp_path / "p.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        make("codl").fit(before).save(path)
+    doc = json.loads(path.read_text())
+    assert doc["version"] == FORMAT_VERSION == 2
+    assert list(doc["range"]) == ["gpu,cpu"] and set(doc["model"]["t"]) == {"cpu", "gpu"}
+    assert "family" not in doc["model"] and "0.000" not in path.read_text()
+    assert doc["model"]["t"]["cpu"]["conv2d/direct-nchwc/k1"][-1] != 0
+    new, old = load(path), load(FORMAT1)
+    assert new.range_ == old.range_ and new.family_ == old.family_
+    np.testing.assert_array_equal(new.predict(before), old.predict(before))
+    assert len(path.read_text()) < len(FORMAT1.read_text())
+
+
+def _stride2_rows(role: str) -> list[dict]:
+    out = []
+    for name in ("deep", "deep2", "body"):
+        path = RESULTS / f"{name}-h100" / f"{name}-samples.csv"
+        out += [r for r in read_samples(path) if r["role"] == role
+                and r["KH"] * r["KW"] == 1 and r["SH"] == 2]  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(("role", "before", "floor"), [("cpu", 0.20, 0.50), ("gpu", 0.53, 0.72)])
+def test_strata_stride_2_rows_never_trained_on(shipped, role: str, before: float,
+                                               floor: float) -> None:
+    """Regression (session 14): the three strata's 1x1 stride-2 rows were within +-10% for
+    20% (CPU, median 0.74x) and 53% (GPU) predicted by the 1x1 models; by their own
+    models, trained on the downsample stratum: 60% and 81%."""
+    test = _stride2_rows(role)
+    assert len(test) >= 230
+    ratio = np.array(shipped.predict(test)) / np.array([r["latency_us"] for r in test])
+    assert np.mean(np.abs(ratio - 1.0) <= 0.1) >= floor > before
+    assert 0.9 <= np.median(ratio) <= 1.1
