@@ -237,8 +237,9 @@ class CoDLPredictor(BasePredictor):
         fallback variant (:data:`VARIANT_FALLBACK`) first, then the same filter-size variant,
         then the analytic ones, then by name (deterministic)."""
         if key not in self._fallback:
-            role, kind, *rest = key.split("/")
-            near = "/".join([role, kind, *rest[:1], VARIANT_FALLBACK.get(rest[-1], "")])
+            role, kind = key.split("/")[:2]
+            head, _, last = key.rpartition("/")
+            near = f"{head}/{VARIANT_FALLBACK[last]}" if last in VARIANT_FALLBACK else None
             same = [k for k in self.t_ if k.split("/")[:2] == [role, kind]]
             tail = key.split("/")[3:]
 
