@@ -32,6 +32,9 @@ from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
 M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
+# cpu_conv slots: the unpack reads of other workers' tiles, the weight panels (most, all),
+# the unpack re-reads beyond L1
+UNPACK_REMOTE, PANELS, UNPACK_OVER_L1 = 7, slice(8, 10), 10
 L2_TOTAL = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
 
 
@@ -201,8 +204,8 @@ def test_conv_unpack_rereads_only_rows_beyond_l1() -> None:
     224-wide ones (29 KB) do not."""
     wide = op("conv2d", 418, 418, 3, 32, k=3)
     narrow = op("conv2d", 226, 226, 3, 32, k=3)
-    assert blocking.cpu_conv(wide, M)[-1] > 0.0
-    assert blocking.cpu_conv(narrow, M)[-1] == 0.0
+    assert blocking.cpu_conv(wide, M)[UNPACK_OVER_L1] > 0.0
+    assert blocking.cpu_conv(narrow, M)[UNPACK_OVER_L1] == 0.0
 
 
 def test_gemv_pays_a_fork_join_only_for_several_tasks() -> None:
@@ -391,8 +394,8 @@ def test_direct_conv_unpack_and_panels_follow_the_static_chunks() -> None:
     assert conv_unpack_remote_tiles(2, 27, 19, 16) == 801
     assert conv_unpack_remote_tiles(1, 256, 19, 16) == 0
     first = op("conv2d", 29, 258, 3, 64, k=3)  # 27x256 out: 2 blocks x 27 rows x 19 tiles
-    assert blocking.cpu_conv(first, M)[-4] == 801 * 14 * 32 / 16
+    assert blocking.cpu_conv(first, M)[UNPACK_REMOTE] == 801 * 14 * 32 / 16
     k7 = op("conv2d", 19, 38, 128, 128, k=7)  # 13x32 out: 4 blocks x 13 rows x 3 tiles
     assert conv_core_panels(4, 13 * 3, 16) == (2, 16 + 3)  # chunks of 10 cross 3 blocks' ends
-    assert blocking.cpu_conv(k7, M)[-3:-1] == [2 * 32 * 128 * 49, 19 * 32 * 128 * 49 / 16]
-    assert blocking.cpu_conv(op("conv2d", 26, 26, 416, 640), M)[-3:-1] == [0.0, 0.0]  # 1x1
+    assert blocking.cpu_conv(k7, M)[PANELS] == [2 * 32 * 128 * 49, 19 * 32 * 128 * 49 / 16]
+    assert blocking.cpu_conv(op("conv2d", 26, 26, 416, 640), M)[PANELS] == [0.0, 0.0]  # 1x1

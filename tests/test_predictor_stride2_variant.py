@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codl_tvm.predictor import DATA_DIR, FORMAT_VERSION, load, make
+from codl_tvm.predictor import DATA_DIR, FORMAT_VERSION, load
 from codl_tvm.predictor.blocking import variant
 from codl_tvm.predictor.codl import AlgorithmFallbackWarning
 from codl_tvm.predictor.opspec import OpSpec
@@ -66,13 +66,12 @@ def test_a_file_without_them_predicts_with_the_1x1_model_and_says_why() -> None:
 
 def test_format_2_is_format_1_grouped_without_losing_a_digit(rows, tmp_path) -> None:
     """Format 2: one range entry for roles of one range, models grouped by role, no trailing
-    zero units, floats in their shortest text. Trained on the session 13 rows it predicts
-    every row exactly as the format-1 file of those rows."""
+    zero units, floats in their shortest text. The session 13 default (format 1) saved again
+    predicts every row exactly as it did. (Re-saved rather than re-trained: a model fitted by
+    today's terms differs from that file's for reasons other than its format.)"""
     before = [r for r in rows if r["model"] != "random-downsample"]
     path = tmp_path / "p.json"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        make("codl").fit(before).save(path)
+    load(FORMAT1).save(path)
     doc = json.loads(path.read_text())
     assert doc["version"] == FORMAT_VERSION == 2
     assert list(doc["range"]) == ["gpu,cpu"] and set(doc["model"]["t"]) == {"cpu", "gpu"}

@@ -24,6 +24,7 @@ from codl_tvm.predictor.mirror import (
     conv_shape,
     eltwise_gathered_passes,
     gemv_blocks_per_task,
+    pad_gathered,
 )
 from codl_tvm.predictor.opspec import OpSpec
 
@@ -117,8 +118,9 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     spills (:func:`conv_spills`); the input rows one core fetches (:func:`conv_core_rows`);
     the weight panels one worker streams in (:func:`conv_core_panels`); plus pad,
     weight-pack and unpack passes, and the packed tiles the unpack reads from other workers
-    (:func:`conv_unpack_remote_tiles`). (The accumulator init and write-back per task
-    fitted to nothing beside the spills.)"""
+    (:func:`conv_unpack_remote_tiles`), and the pad pass's gathered copy where LLVM vectorizes
+    it across rows (:func:`mirror.pad_gathered`). (The accumulator init and write-back per
+    task fitted to nothing beside the spills.)"""
     vecs = 2 if s.OC > m.lanes else 1
     ocb = m.lanes * vecs
     xt = max(1, min((m.vector_regs - vecs - 2) // vecs, 14, s.out_w))
@@ -172,6 +174,12 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
         _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4),
+        # the padded input copy again where it compiles to a gather and a scatter per column
+        # (:func:`mirror.pad_gathered`: a copy without zero padding, rows 9..59 wide). The 1x1
+        # stride-2 rows of 17x17 224->160, 21x21 416->96 and 27x27 288->488 ran a median 1.27x,
+        # 1.19x and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (the kn model,
+        # whose convs all pad, fits it to 0)
+        s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp),
     ]
 
 

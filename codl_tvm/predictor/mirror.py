@@ -154,6 +154,30 @@ def eltwise_gathered_passes(w: int) -> int:
     return (8 < w <= ELTWISE_UNROLL_ADD) + (8 < w <= ELTWISE_UNROLL_RELU)
 
 
+# The direct conv's pad pass (``cpu_conv.padded_input``; all loops but the innermost fused and
+# parallel) that only copies, no zero padding: LLVM (sapphirerapids) fully unrolls its rows and
+# vectorizes the row loop with one gather and one scatter per column where the copy keeps every
+# row and column and rows are PAD_GATHER_IDENTITY_W wide, or where it drops rows (a stride-2
+# window's last input row) and rows are PAD_GATHER_CROP_W wide (the assembly of 892 pad passes
+# of the H100 samples' sub-ops and a grid of 3120 more: the rule matches every one)
+PAD_GATHER_IDENTITY_W = (9, 59)
+PAD_GATHER_CROP_W = (2, 15)
+
+
+def pad_gathered(s: OpSpec, hp: int, wp: int) -> bool:
+    """Whether the pad pass copying ``s``'s input to ``hp`` x ``wp`` loads and stores by
+    gather and scatter (see :data:`PAD_GATHER_IDENTITY_W`)."""
+    if any(s.pad):
+        return False
+    if hp == s.H and wp == s.W:
+        lo, hi = PAD_GATHER_IDENTITY_W
+    elif 2 <= hp < s.H:
+        lo, hi = PAD_GATHER_CROP_W
+    else:
+        return False
+    return lo <= wp <= hi
+
+
 def _cpu_eltwise(s: OpSpec, _m: Machine) -> Kernel | None:
     # the bias-add + ReLU kernel: all loops but the innermost fused and parallel
     return Kernel("parallel-loops", s.OC * s.out_h) if s.kind == "elementwise" else None

@@ -1,0 +1,93 @@
+"""The direct conv's gathered pad pass (``mirror.pad_gathered``) against LLVM's own code.
+
+The rule was read off the Sapphire Rapids assembly of the pad passes of the H100 samples'
+sub-ops; these tests compile real direct-conv kernels for that CPU and look for the gathers in
+the pad pass, so an LLVM that vectorizes the copy differently fails here, not in the field.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from codl_tvm.predictor import cpu_terms
+from codl_tvm.predictor.gpu_terms import _cdiv
+from codl_tvm.predictor.mirror import Machine, kernel, pad_gathered
+from codl_tvm.predictor.opspec import OpSpec
+
+TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
+          "mtriple": "x86_64-linux-gnu"}  # fmt: skip
+M = Machine()
+PAD_TERM = -1  # cpu_conv's gathered-pad slot
+
+
+def padded(s: OpSpec) -> tuple[int, int]:
+    """(hp, wp) of ``s``'s pad pass, as ``cpu_conv`` computes them."""
+    vecs = 2 if s.OC > M.lanes else 1
+    xt = max(1, min((M.vector_regs - vecs - 2) // vecs, 14, s.out_w))
+    return cpu_terms._padded_in(s, _cdiv(s.out_w, xt) * xt)
+
+
+def lambdas(asm: str) -> list[str]:
+    """The bodies of a kernel's parallel lambdas, in the order the kernel runs them."""
+    out: list[list[str]] = []
+    inside = False
+    for line in asm.split("\n"):
+        if re.match(r"^\.L__tvm_parallel_lambda[.0-9]*:", line):
+            out.append([])
+            inside = True
+        elif re.match(r"^[A-Za-z_.][\w.]*:", line) and not line.startswith(".LBB"):
+            inside = inside and line.startswith(".L") and not line.startswith(".Lfunc_end")
+        elif inside:
+            out[-1].append(line)
+    return ["\n".join(b) for b in out]
+
+
+def compiled_pad_gathers(s: OpSpec) -> bool:
+    """Whether the compiled direct conv's pad pass (its first parallel loop) gathers."""
+    from codl_tvm.schedules import testing
+
+    func = testing.conv2d_func(
+        (1, s.IC, s.H, s.W), (s.OC, s.IC, s.KH, s.KW), strides=(s.SH, s.SW),
+        padding=(s.pad[0], s.pad[1], s.pad[2], s.pad[3]),
+    )
+    lib = testing.build(testing.schedule(func, TARGET), TARGET)
+    asm = (lib.mod if hasattr(lib, "mod") else lib).inspect_source("asm")
+    parts = lambdas(asm)
+    assert len(parts) == 4, "pad, weight pack, conv, unpack"
+    return "gather" in parts[0]
+
+
+CASES = [
+    # (H, W, IC, OC, K, stride, pad): a 1x1 stride-2 copy keeps every row and column of odd
+    # sizes, drops the last row and column of even ones
+    (7, 7, 32, 64, 1, 2, 0),  # identity, 7 wide: one vector, contiguous
+    (17, 17, 32, 64, 1, 2, 0),  # identity, 17 wide: gathered
+    (55, 55, 16, 48, 1, 2, 0),  # identity, 55 wide: gathered
+    (57, 57, 16, 48, 1, 2, 0),  # whole column tiles past the input (83 wide): contiguous
+    (59, 59, 16, 48, 4, 1, 0),  # identity, 59 wide: gathered
+    (60, 60, 16, 48, 5, 1, 0),  # identity, 60 wide: too wide to unroll, contiguous
+    (10, 10, 32, 64, 1, 2, 0),  # rows and a column dropped, 9 wide: gathered
+    (20, 20, 16, 48, 1, 2, 0),  # rows and a column dropped, 19 wide: contiguous
+    (17, 18, 32, 64, 1, 2, 0),  # a column dropped only: contiguous
+    (13, 13, 32, 64, 3, 1, 1),  # zero padding: never gathered
+    (15, 15, 32, 64, 3, 2, 0),  # 3x3 stride 2 without padding, identity 15 wide: gathered
+]
+
+
+@pytest.mark.parametrize(("h", "w", "ic", "oc", "k", "st", "p"), CASES)
+def test_the_rule_matches_llvms_pad_pass(h: int, w: int, ic: int, oc: int, k: int, st: int,
+                                         p: int) -> None:
+    s = OpSpec("conv2d", h, w, ic, oc, k, k, st, st, (p,) * 4)
+    assert kernel("cpu", s, M).algorithm == "direct-nchwc"
+    assert pad_gathered(s, *padded(s)) == compiled_pad_gathers(s)
+
+
+def test_the_gathered_copy_is_a_term_of_its_own() -> None:
+    """The term is the pad pass's elements per core where the copy gathers, 0 elsewhere."""
+    gathered = OpSpec("conv2d", 17, 17, 32, 64, 1, 1, 2, 2)
+    plain = OpSpec("conv2d", 18, 18, 32, 64, 1, 1, 2, 2)  # drops a row and a column: 17 wide
+    hp, wp = padded(gathered)
+    assert cpu_terms.cpu_conv(gathered, M)[PAD_TERM] == 32 * hp * wp / M.cores
+    assert cpu_terms.cpu_conv(plain, M)[PAD_TERM] == 0.0
