@@ -32,8 +32,7 @@ from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
 M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
-# cpu_conv slots: the unpack reads of other workers' tiles, the weight panels (most, all),
-# the unpack re-reads beyond L1
+# cpu_conv slots: unpack reads of others' tiles, weight panels (most, all), unpack beyond L1
 UNPACK_REMOTE, PANELS, UNPACK_OVER_L1 = 7, slice(8, 10), 10
 L2_TOTAL = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
 

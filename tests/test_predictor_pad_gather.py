@@ -11,9 +11,10 @@ import re
 
 import pytest
 
+from codl_tvm import tiling
 from codl_tvm.predictor import cpu_terms
 from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import Machine, kernel, pad_gathered
+from codl_tvm.predictor.mirror import Machine, conv_shape, kernel, pad_gathered
 from codl_tvm.predictor.opspec import OpSpec
 
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
@@ -23,9 +24,8 @@ PAD_TERM = -1  # cpu_conv's gathered-pad slot
 
 
 def padded(s: OpSpec) -> tuple[int, int]:
-    """(hp, wp) of ``s``'s pad pass, as ``cpu_conv`` computes them."""
-    vecs = 2 if s.OC > M.lanes else 1
-    xt = max(1, min((M.vector_regs - vecs - 2) // vecs, 14, s.out_w))
+    """(hp, wp) of ``s``'s pad pass: whole column tiles of the direct conv."""
+    _, xt = tiling.direct_tiles(conv_shape(s), M)
     return cpu_terms._padded_in(s, _cdiv(s.out_w, xt) * xt)
 
 
