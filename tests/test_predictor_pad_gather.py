@@ -11,22 +11,14 @@ import re
 
 import pytest
 
-from codl_tvm import tiling
 from codl_tvm.predictor import cpu_terms
-from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import Machine, conv_shape, kernel, pad_gathered
+from codl_tvm.predictor.mirror import Machine, kernel, pad_gathered
 from codl_tvm.predictor.opspec import OpSpec
 
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
           "mtriple": "x86_64-linux-gnu"}  # fmt: skip
 M = Machine()
 PAD_TERM = -1  # cpu_conv's gathered-pad slot
-
-
-def padded(s: OpSpec) -> tuple[int, int]:
-    """(hp, wp) of ``s``'s pad pass: whole column tiles of the direct conv."""
-    _, xt = tiling.direct_tiles(conv_shape(s), M)
-    return cpu_terms._padded_in(s, _cdiv(s.out_w, xt) * xt)
 
 
 def lambdas(asm: str) -> list[str]:
@@ -81,13 +73,13 @@ def test_the_rule_matches_llvms_pad_pass(h: int, w: int, ic: int, oc: int, k: in
                                          p: int) -> None:
     s = OpSpec("conv2d", h, w, ic, oc, k, k, st, st, (p,) * 4)
     assert kernel("cpu", s, M).algorithm == "direct-nchwc"
-    assert pad_gathered(s, *padded(s)) == compiled_pad_gathers(s)
+    assert pad_gathered(s, *cpu_terms.direct_padded_in(s, M)) == compiled_pad_gathers(s)
 
 
 def test_the_gathered_copy_is_a_term_of_its_own() -> None:
     """The term is the pad pass's elements per core where the copy gathers, 0 elsewhere."""
     gathered = OpSpec("conv2d", 17, 17, 32, 64, 1, 1, 2, 2)
     plain = OpSpec("conv2d", 18, 18, 32, 64, 1, 1, 2, 2)  # drops a row and a column: 17 wide
-    hp, wp = padded(gathered)
+    hp, wp = cpu_terms.direct_padded_in(gathered, M)
     assert cpu_terms.cpu_conv(gathered, M)[PAD_TERM] == 32 * hp * wp / M.cores
     assert cpu_terms.cpu_conv(plain, M)[PAD_TERM] == 0.0

@@ -99,6 +99,12 @@ def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
     return (s.out_h - 1) * s.SH + (s.KH - 1) * d + 1, (out_w - 1) * s.SW + (s.KW - 1) * d + 1
 
 
+def direct_padded_in(s: OpSpec, m: Machine) -> tuple[int, int]:
+    """Rows, cols of the padded input the direct conv (:func:`cpu_conv`) copies."""
+    _, xt = tiling.direct_tiles(conv_shape(s), m)
+    return _padded_in(s, _cdiv(s.out_w, xt) * xt)
+
+
 def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
     """Whether the direct conv's hot loop spills registers to the stack (see :func:`cpu_conv`).
 
