@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,8 @@ def load_benchmark(name: str) -> ModuleType:
     """The script ``benchmarks/<name>.py`` as a module (benchmarks/ is not a package)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs, as an import would: a dataclass looks its module up
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -238,3 +238,21 @@ def test_resummarize_refuses_a_file_without_visits(tmp_path):
     with pytest.raises(ValueError, match="round_us"):
         resummarize(bad, tmp_path / "out.csv")
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_noise_command_reports_one_models_rows(capsys):
+    """``noise --model``: the ceiling of those rows only, the same as noise_rows on them; a
+    model the file does not hold is one clear error."""
+    import json
+
+    from codl_tvm.predictor import DATA_DIR
+    from codl_tvm.profiler.cli import main
+
+    samples = DATA_DIR / "samples-x86-cuda-h100.csv"
+    assert main(["noise", str(samples), "--model", "YOLO-V2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    mine = [r for r in read_samples(samples) if r["model"] == "YOLO-V2"]
+    assert got == json.loads(json.dumps(noise_rows(mine)))
+    assert got != json.loads(json.dumps(noise_rows(read_samples(samples))))
+    with pytest.raises(SystemExit, match="no rows of model NOPE"):
+        main(["noise", str(samples), "--model", "NOPE"])

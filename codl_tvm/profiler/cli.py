@@ -121,7 +121,12 @@ def run_noise(args: argparse.Namespace) -> int:
     from codl_tvm.profiler.noise import format_noise, noise_rows
     from codl_tvm.profiler.schema import read_samples
 
-    rows = noise_rows(read_samples(args.samples))
+    samples = read_samples(args.samples)
+    if args.model:
+        samples = [r for r in samples if r["model"] in args.model]
+        if not samples:
+            raise SystemExit(f"{args.samples}: no rows of model {', '.join(args.model)}")
+    rows = noise_rows(samples)
     print(json.dumps(rows, indent=1) if args.json else format_noise(rows))
     return 0
 
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     noise = sub.add_parser("noise", help="agreement of repeated measurements (+-10%)")
     noise.add_argument("samples")
     noise.add_argument("--json", action="store_true")
+    noise.add_argument("--model", action="append",
+                       help="only the rows of this samples 'model' (repeatable), e.g. YOLO-V2")
     resum = sub.add_parser("resummarize",
                            help="latency_us from each row's visits with the current estimator")
     resum.add_argument("samples")
