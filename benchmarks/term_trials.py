@@ -1,10 +1,10 @@
-"""Candidate terms for the CPU 1x1 stride-2 direct-conv model, each judged three ways.
+"""Candidate terms for the CPU 1x1 stride-2 direct-conv model, each judged four ways.
 
     python benchmarks/term_trials.py codl_tvm/data/samples-x86-cuda-h100.csv \
         --blind benchmarks/results/deep-h100/deep-samples.csv \
         --blind benchmarks/results/deep2-h100/deep2-samples.csv \
         --blind benchmarks/results/body-h100/body-samples.csv \
-        --json benchmarks/results/term-trials.json                               # ~2 min
+        --json benchmarks/results/term-trials.json                               # ~1 min
 
 Every candidate of :data:`TRIALS` changes the terms of ``cpu_terms.cpu_conv`` for 1x1
 stride-2 sub-ops only. It either appends one term or zeroes one slot. The predictor is then
@@ -17,6 +17,10 @@ fitted and scored as follows:
 - ``blind``: acc10 of the ``--blind`` files' 1x1 stride-2 CPU rows, from a fit on the whole
   file. Those rows are strata the model never trained on.
 - ``yolo``: YOLO-V2's CPU rows held out (the other CNN target).
+
+The JSON also keeps, per trial, the 1x1 stride-2 model's fitted units on the whole file
+(``units``: t0, then one per term) and the blind rows' median predicted / measured latency per
+register-tile width (``blind_by_x_tile``).
 
 ``both up`` marks a candidate that raises ``loso`` and ``blind`` by at least one point each:
 the least a term must do before it is worth a closer look (a threshold that does it alone,
@@ -44,13 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codl_tvm import tiling  # noqa: E402
 from codl_tvm.predictor import blocking, make  # noqa: E402
 from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
+from codl_tvm.predictor.base import sub_spec  # noqa: E402
+from codl_tvm.predictor.blocking import variant  # noqa: E402
 from codl_tvm.predictor.cpu_terms import direct_padded_in  # noqa: E402
 from codl_tvm.predictor.mirror import Machine, conv_shape  # noqa: E402
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
 
 KEY = ("cpu", "direct-nchwc")
+MODEL = "cpu/conv2d/direct-nchwc/k1s2"
 LINE_BYTES = 64
+L1_SPILL_SLOT = 5  # cpu_conv's weight loads once a task's panel spills L1
 
 
 @dataclass(frozen=True)
@@ -105,12 +113,8 @@ TRIALS: dict[str, Trial] = {
         "input rows the pad pass reads, stride-2 rows it skips included",
         lambda g: g.s.IC * g.s.H * g.s.W / g.cores),
     "no L1 spill term": Trial("session 15's closest trial: the weight-panel L1 term dropped",
-                              drop=5),
+                              drop=L1_SPILL_SLOT),
 }
-
-
-def _is_k1s2(s: OpSpec) -> bool:
-    return s.KH * s.KW == 1 and max(s.SH, s.SW) > 1
 
 
 @contextmanager
@@ -120,7 +124,7 @@ def installed(trial: Trial | None) -> Iterator[None]:
 
     def terms(s: OpSpec, m: Machine) -> list[float]:
         t = base(s, m)
-        if trial is None or not _is_k1s2(s):
+        if trial is None or variant(s) != "k1s2":
             return t + [0.0]
         if trial.drop is not None:
             t[trial.drop] = 0.0
@@ -149,17 +153,25 @@ def _cpu(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _k1s2_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in _cpu(rows) if r["algorithm"] == "direct-nchwc" and r["op"] == "conv2d"
-            and r["KH"] * r["KW"] == 1 and max(r["SH"], r["SW"]) > 1]  # fmt: skip
+    return [r for r in _cpu(rows)
+            if r["algorithm"] == "direct-nchwc" and variant(sub_spec(r)) == "k1s2"]
 
 
 def _shape(r: dict[str, Any]) -> tuple[int, ...]:
     return (r["H"], r["W"], r["IC"], r["OC"])
 
 
+def _by_x_tile(pred: Any, rows: list[dict[str, Any]]) -> dict[int, float]:
+    ratio = pred.predict(rows) / np.array([r["latency_us"] for r in rows]) if rows else []
+    by: dict[int, list[float]] = {}
+    for r, q in zip(rows, ratio, strict=True):
+        by.setdefault(Tiles.of(sub_spec(r), pred.machine_).x_tile, []).append(float(q))
+    return {x: float(np.median(v)) for x, v in sorted(by.items())}
+
+
 def score(rows: list[dict[str, Any]], blind: list[dict[str, Any]], seeds: int
-          ) -> dict[str, float]:
-    """The four figures of the module docstring, for the terms installed now."""
+          ) -> dict[str, Any]:
+    """The figures of the module docstring, for the terms installed now."""
     split, split_k1s2 = [], []
     for seed in range(seeds):
         train, test = split_rows(rows, 0.3, seed)
@@ -173,10 +185,12 @@ def score(rows: list[dict[str, Any]], blind: list[dict[str, Any]], seeds: int
         left = {id(r) for r in out}
         loso.extend(_hits(_fit([r for r in rows if id(r) not in left]), out))
     train, test = split_models(rows, ["YOLO-V2"])
+    whole, blind = _fit(rows), _k1s2_rows(blind)
     return {"split": float(np.mean(split)), "split_k1s2": float(np.mean(split_k1s2)),
-            "loso": float(np.mean(loso)),
-            "blind": float(_hits(_fit(rows), _k1s2_rows(blind)).mean()),
-            "yolo": float(_hits(_fit(train), _cpu(test)).mean())}  # fmt: skip
+            "loso": float(np.mean(loso)), "blind": float(_hits(whole, blind).mean()),
+            "yolo": float(_hits(_fit(train), _cpu(test)).mean()),
+            "units": [float(f"{u:.3g}") for u in whole.t_[MODEL]],
+            "blind_by_x_tile": _by_x_tile(whole, blind)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
