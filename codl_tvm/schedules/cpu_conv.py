@@ -41,6 +41,21 @@ def padded_input(c: Conv2DInfo, x: te.Tensor, hp: int, wp: int) -> te.Tensor:
     return te.compute((c.n, c.ic, hp, wp), pad_val, name="codl_pad")
 
 
+def sampled_input(c: Conv2DInfo, x: te.Tensor, owp: int) -> te.Tensor:
+    """The pixels a 1x1 conv reads, ``OH x owp`` per channel with its zero padding: at stride
+    ``s`` the pass keeps one row and one column in ``s``, so the conv reads it contiguously
+    at stride 1. Copying the whole input instead (``padded_input``) wrote ``s*s`` times the
+    elements, and the conv's broadcasts then skipped through them."""
+    (sh, sw), (top, left) = c.stride, c.pad[:2]
+
+    def val(n, ci, y, xx):
+        hi, wi = y * sh - top, xx * sw - left
+        inside = tirx.all(hi >= 0, hi < c.h, wi >= 0, wi < c.w)
+        return tirx.if_then_else(inside, x[n, ci, hi, wi], tirx.const(0.0, x.dtype))
+
+    return te.compute((c.n, c.ic, c.oh, owp), val, name="codl_pad")
+
+
 def direct_compute(c: Conv2DInfo, t: TargetInfo):
     """A ``build(x, w) -> out`` for :func:`splice.splice` (groups == 1)."""
     ocb, xt = conv_tiles(c, t)
@@ -50,8 +65,12 @@ def direct_compute(c: Conv2DInfo, t: TargetInfo):
     hp = (c.oh - 1) * sh + (c.kh - 1) * dh + 1
     wp = (owp - 1) * sw + (c.kw - 1) * dw + 1
 
+    pointwise = c.kh == c.kw == 1
+    if pointwise:  # the pad pass samples the strided pixels; the conv then runs at stride 1
+        hp, wp, sh, sw = c.oh, owp, 1, 1
+
     def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        xp = padded_input(c, x, hp, wp)
+        xp = sampled_input(c, x, owp) if pointwise else padded_input(c, x, hp, wp)
         wpk = te.compute(
             (ocp, c.ic, c.kh, c.kw, ocb),
             lambda o, ci, r, s, i: tirx.if_then_else(
