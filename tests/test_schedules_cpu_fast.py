@@ -37,18 +37,20 @@ def _err(func, kind: str, target: dict) -> float:
 
 
 @st.composite
-def cases(draw, k: int):
+def cases(draw, k: int, strides: tuple[tuple[int, int], ...] = ((1, 1),)):
     pads = tuple(draw(st.integers(0, 2)) for _ in range(4))
     h = draw(st.integers(max(1, k - pads[0] - pads[2]), 9))
     w = draw(st.integers(max(1, k - pads[1] - pads[3]), 12))
     ic, oc = draw(st.integers(1, 20)), draw(st.integers(1, 40))
-    return dict(x=(1, ic, h, w), w=(oc, ic, k, k), padding=pads, bias_relu=draw(st.booleans()))
+    return dict(x=(1, ic, h, w), w=(oc, ic, k, k), padding=pads, bias_relu=draw(st.booleans()),
+                strides=draw(st.sampled_from(strides)))  # fmt: skip
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=["avx512", "sse"])
 @SETTINGS
-@given(case=cases(k=1))
+@given(case=cases(k=1, strides=((1, 1), (2, 2), (2, 1), (1, 3))))
 def test_gemm_1x1_equivalent(case, target):
+    """At stride > 1 too: its input pack samples the strided pixels (session 17)."""
     func = T.conv2d_func(case.pop("x"), case.pop("w"), **case)
     assert _err(func, "gemm", target) <= TOL
 
@@ -114,6 +116,22 @@ DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / 
     ((1, 64, 26, 26), (64, 64, 3, 3), dict(strides=2), "cpu-conv2d-direct-nchwc"),
     ((1, 64, 12, 12), (64, 64, 5, 5), {}, "cpu-conv2d-direct-nchwc"),
 ]
+
+
+def test_gemm_env_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypatch):
+    """``CODL_CPU_GEMM=always`` measures the GEMM where the direct conv wins (session 17: the
+    1x1 stride-2 convs); the predictor's dispatch mirror reads the same switch."""
+    from codl_tvm.predictor.mirror import Machine, kernel
+    from codl_tvm.predictor.opspec import OpSpec
+
+    info = analyze(T.conv2d_func((1, 256, 26, 26), (256, 256, 1, 1), strides=2))
+    spec = OpSpec("conv2d", 26, 26, 256, 256, 1, 1, 2, 2)
+    t = target_info(tvm.target.Target(AVX512))
+    assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-direct-nchwc"
+    assert kernel("cpu", spec, Machine()).algorithm == "direct-nchwc"
+    monkeypatch.setenv("CODL_CPU_GEMM", "always")
+    assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-gemm-1x1"
+    assert kernel("cpu", spec, Machine()).algorithm == "gemm-1x1"
 
 
 @pytest.mark.parametrize("x, w, attrs, rule", DISPATCH)

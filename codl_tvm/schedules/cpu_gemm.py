@@ -1,4 +1,4 @@
-"""CPU 1x1 conv2d (stride 1, groups 1) as a packed GEMM with output pixels in SIMD lanes.
+"""CPU 1x1 conv2d (groups 1) as a packed GEMM with output pixels in SIMD lanes.
 
 NCHW makes a 1x1 conv the GEMM ``out[OC, P] = W[OC, IC] x X[IC, P]`` over the ``P = OH*OW``
 output pixels of the (padded) image, which are contiguous in both input and output. Unlike
@@ -8,8 +8,10 @@ no lanes, and the OC block ``mr`` is picked to divide OC (21 -> 7, 125 -> 5).
 
 Per call: the weight is packed to panels ``[OC/mr, IC, mr]`` (OC*IC copies, ~1/(2P) of the
 GEMM's work) and the input to ``[P/np, IC, np]`` (with the conv's zero padding and the pixel
-tail materialised, so the hot loop has no predicate); the accumulator ``mr x nv`` SIMD vectors
-stays in registers over the whole IC loop; (pixel tile, OC block) tasks run in parallel.
+tail materialised, so the hot loop has no predicate; at stride > 1 it samples the pixels the
+window reads); the accumulator ``mr x nv`` SIMD vectors stays in registers over the whole IC
+loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it stride-1 convs only
+(``tiling.gemm_wins``): at stride > 1 it was measured against the direct conv in session 17.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .target_info import TargetInfo
 
 
 def applies(c: Conv2DInfo) -> bool:
-    """The geometry this kernel computes: 1x1, stride 1, dilation irrelevant, groups 1."""
+    """The geometry this kernel computes: 1x1, groups 1, any stride, dilation irrelevant."""
     return tiling.gemm_applies(c)
 
 
@@ -62,7 +64,7 @@ def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
     """Input value feeding output pixel ``q`` (row-major over OH x OW), 0 in the pad/tail."""
     top, left = c.pad[0], c.pad[1]
     y, xx = q // c.ow, q % c.ow
-    hi, wi = y - top, xx - left
+    hi, wi = y * c.stride[0] - top, xx * c.stride[1] - left
     conds = [q < c.oh * c.ow]  # the pixel tail of the last tile
     if top or c.pad[2]:
         conds += [hi >= 0, hi < c.h]

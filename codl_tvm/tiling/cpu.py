@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from .common import Conv, Simd
 
@@ -25,14 +26,24 @@ DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the
 MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
 
 
+# "always": every conv the GEMM computes goes to it, the measured predicate aside (to measure
+# the two kernels on the same sub-ops); unset or anything else: the measured predicate
+GEMM_ENV = "CODL_CPU_GEMM"
+
+
 def gemm_applies(c: Conv) -> bool:
-    """1x1, stride 1, groups 1 (dilation irrelevant)."""
-    return (c.kh, c.kw, tuple(c.stride), c.groups) == (1, 1, (1, 1), 1)
+    """1x1, groups 1, any stride (its input pack samples the strided pixels; dilation is
+    irrelevant)."""
+    return (c.kh, c.kw, c.groups) == (1, 1, 1)
 
 
 def gemm_wins(c: Conv, t: Simd) -> bool:
     """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it)."""
     if not gemm_applies(c):
+        return False
+    if os.environ.get(GEMM_ENV) == "always":
+        return True
+    if tuple(c.stride) != (1, 1):  # measured only at stride 1: the direct conv keeps the rest
         return False
     ocb, xt = direct_tiles(c, t)
     col_waste = math.ceil(c.ow / xt) * xt / c.ow
