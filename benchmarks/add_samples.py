@@ -36,9 +36,14 @@ TIME_COLUMNS = ("latency_us", "median_us", "spread_us")
 
 def lease_speed(samples: Path, new: Path) -> dict[str, dict[str, float]]:
     """Per processor: median, quartiles and count of new / file latency over the controls."""
-    old = {row_key(r): r["latency_us"] for r in read_samples(samples)}
+    return lease_speed_rows(read_samples(samples), read_samples(new))
+
+
+def lease_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, dict[str, float]]:
+    """:func:`lease_speed` of rows already read (``new_rows``' controls against ``old_rows``)."""
+    old = {row_key(r): r["latency_us"] for r in old_rows}
     ratios: dict[str, list[float]] = {}
-    for r in read_samples(new):
+    for r in new_rows:
         if r["model"] == "control" and row_key(r) in old:
             ratios.setdefault(r["role"], []).append(r["latency_us"] / old[row_key(r)])
     out = {}
@@ -48,7 +53,7 @@ def lease_speed(samples: Path, new: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def _scaled(row: dict[str, str], factor: float) -> dict[str, str]:
+def scaled(row: dict[str, str], factor: float) -> dict[str, str]:
     out = dict(row)
     for col in TIME_COLUMNS:
         out[col] = f"{float(row[col]) / factor:.3f}"
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
         w.writerows(([] if args.only_new else old)
-                    + [_scaled(r, speed[r["role"]]["median"]) for r in added])
+                    + [scaled(r, speed[r["role"]]["median"]) for r in added])
     read_samples(tmp)  # the result must load before it replaces anything
     tmp.replace(args.output)
     if args.json:

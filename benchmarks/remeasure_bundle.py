@@ -18,6 +18,20 @@ file, model ``control``):
     python benchmarks/remeasure_bundle.py stratum codl_tvm/data/samples-x86-cuda-h100.csv \
         --deep 24 --seed 0 --controls 160,60 -o .devcarry/deep-bundle
 
+Rows whose kernel changed, from several files, re-measured on another lease: ``--where``
+picks them, ``--controls`` adds rows of the first file whose kernels did not change, and
+``merge --rescale-against`` divides the new rows by the lease's speed (the controls' median
+ratio to that file) and puts each where its old row was (session 17: the 1x1 stride-2 convs'
+sampled pad pass; ``benchmarks/results/k1s2-h100``):
+
+    W="--where op=conv2d --where KH=1 --where KW=1 --where SH=2"
+    python benchmarks/remeasure_bundle.py bundle codl_tvm/data/samples-x86-cuda-h100.csv \
+        benchmarks/results/deep-h100/deep-samples.csv ... --role cpu $W --controls 160,0 \
+        --seed 17 -o .devcarry/k1s2-bundle
+    # there: NAME=k1s2 ROUNDS=12 DEADLINE_S=330 bash benchmarks/run_remeasure_h100.sh
+    python benchmarks/remeasure_bundle.py merge FILE k1s2.csv --rescale-against \
+        codl_tvm/data/samples-x86-cuda-h100.csv $W --replace-only -o FILE   # for each FILE
+
 Runs of one bundle that each stopped at a call's deadline pool their visits per row:
 
     python benchmarks/remeasure_bundle.py pool run1.csv run2.csv -o pooled.csv
@@ -31,11 +45,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # add_samples
 
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
@@ -63,15 +79,41 @@ def _build(args: argparse.Namespace, jobs: list[Job]) -> dict:
     return build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
 
 
-def bundle(args: argparse.Namespace) -> int:
-    algos = set(args.algorithms.split(","))
-    rows = [r for r in read_samples(args.samples)
-            if r["role"] == args.role and r["algorithm"] in algos]
+def where_filter(conds: list[str]) -> Callable[[dict], bool]:
+    """A row predicate from ``COL=VALUE`` conditions, all of which must hold (values compared
+    as the samples file reads them: ``KH=1`` matches the integer 1)."""
+    pairs = []
+    for cond in conds:
+        col, sep, val = cond.partition("=")
+        if not sep or not col:
+            raise SystemExit(f"--where {cond!r}: expected COL=VALUE")
+        pairs.append((col, val))
+    return lambda r: all(col in r and str(r[col]) == val for col, val in pairs)
+
+
+def bundle_jobs(args: argparse.Namespace) -> tuple[list[dict], list[Job]]:
+    """The rows ``bundle`` re-measures and their jobs, controls (rows of the first file that
+    ``--where`` does not pick: their kernels did not change) last."""
+    keep = where_filter(args.where)
+    algos = set(args.algorithms.split(",")) if args.algorithms else None
+    rows = [r for path in args.samples for r in read_samples(path)
+            if r["role"] == args.role and (algos is None or r["algorithm"] in algos)
+            and keep(r)]  # fmt: skip
     if not rows:
-        raise SystemExit(f"{args.samples}: no {args.role} rows of algorithms {sorted(algos)}")
+        raise SystemExit(f"{', '.join(args.samples)}: no {args.role} rows of algorithms "
+                         f"{sorted(algos or ['any'])} where {' and '.join(args.where) or '-'}")
     jobs = [row_job(r) for r in rows]
+    n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
+    if n_cpu or n_gpu:
+        others = [r for r in read_samples(args.samples[0]) if not keep(r)]
+        jobs += control_jobs(others, n_cpu, n_gpu, args.seed)
+    return rows, jobs
+
+
+def bundle(args: argparse.Namespace) -> int:
+    rows, jobs = bundle_jobs(args)
     man = _build(args, jobs)
-    print(f"{len(jobs)} jobs of {len(rows)} rows -> {args.output} "
+    print(f"{len(rows)} rows + {len(jobs) - len(rows)} controls -> {args.output} "
           f"({man['size_bytes'] / 2**20:.1f} MiB, {man['left_out']} left out)")
     return 0
 
@@ -110,6 +152,12 @@ def stratum(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
+    """Re-measured rows take their old rows' places in ``samples``; rows it lacks are appended
+    (``--replace-only``: left out). With ``--rescale-against REF`` the new rows were measured
+    on another lease: each processor's times are divided by the median ratio of its control
+    rows to ``REF`` (``add_samples.lease_speed_rows``). Controls matching ``--where`` (rows
+    whose kernel changed, drawn as controls before ``bundle`` left them out) are no controls:
+    they take their rows' places with their rows' models."""
     import csv
 
     from codl_tvm.profiler.schema import row_key
@@ -121,20 +169,45 @@ def merge(args: argparse.Namespace) -> int:
         old = list(reader)
     with open(args.new, newline="") as f:
         added = list(csv.DictReader(f))
-    fresh = {row_key(r): r for r in added}
+    if args.rescale_against:
+        added = _rescaled(added, args)
+    models = {row_key(r): r["model"] for r in old}
+    fresh = {row_key(r): dict(r, model=models.get(row_key(r), r["model"])) for r in added}
     # a new row takes its old row's place: seeded splits of the file keep their membership,
     # so accuracy before and after a re-measure compares the same test rows
     merged = [fresh.pop(row_key(r), r) for r in old]
     replaced = len(added) - len(fresh)
+    appended = [] if args.replace_only else list(fresh.values())
     tmp = Path(args.output).with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
-        w.writerows(merged + list(fresh.values()))
+        w.writerows(merged + appended)
     read_samples(tmp)  # the merged file must load before it replaces anything
     tmp.replace(args.output)
-    print(f"{replaced} rows replaced in place, {len(fresh)} added -> {args.output}")
+    print(f"{replaced} rows replaced in place, {len(appended)} added, "
+          f"{len(fresh) - len(appended)} left out -> {args.output}")
     return 0
+
+
+def _rescaled(added: list[dict], args: argparse.Namespace) -> list[dict]:
+    """``added`` (the new file's rows as text) on ``args.rescale_against``'s scale, the true
+    controls dropped."""
+    from add_samples import MIN_CONTROLS, lease_speed_rows, scaled
+
+    changed = where_filter(args.where)
+    typed = read_samples(args.new)
+    controls = [t for t in typed if t["model"] == "control" and not changed(t)]
+    speed = lease_speed_rows(read_samples(args.rescale_against), controls)
+    keep = [r for r, t in zip(added, typed, strict=True)
+            if r["model"] != "control" or changed(t)]  # fmt: skip
+    short = sorted({r["role"] for r in keep if speed.get(r["role"], {}).get("n", 0) < MIN_CONTROLS})
+    if short:
+        raise SystemExit(f"{args.new}: fewer than {MIN_CONTROLS} control rows of "
+                         f"{args.rescale_against} on {short}")
+    print("lease speed " + ", ".join(f"{k} {v['median']:.3f} (n {v['n']})"
+                                     for k, v in sorted(speed.items())))
+    return [scaled(r, speed[r["role"]]["median"]) for r in keep]
 
 
 # a run's lease factor per group of rows needs this many rows in the group, else the run's
@@ -216,10 +289,15 @@ def pool(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("bundle")
-    b.add_argument("samples")
+    b = sub.add_parser("bundle", help="rows of samples files (the first one's for controls)")
+    b.add_argument("samples", nargs="+")
     b.add_argument("--role", required=True)
-    b.add_argument("--algorithms", required=True)
+    b.add_argument("--algorithms", help="comma-separated (default: any)")
+    b.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
+                   help="only rows whose column has this value (repeatable; all must hold)")
+    b.add_argument("--controls", default="0,0",
+                   help="control rows of the first file, CPU,GPU (another lease's speed)")
+    b.add_argument("--seed", type=int, default=0)
     b.add_argument("--arch", default="sm_90")
     b.add_argument("--mcpu", default="sapphirerapids")
     b.add_argument("--num-cores", type=int, default=16)
@@ -239,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("samples")
     m.add_argument("new")
+    m.add_argument("--rescale-against", metavar="REF",
+                   help="the new rows come from another lease: scale them by their controls")
+    m.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
+                   help="the re-measured rows' filter (as given to bundle): matching controls "
+                   "are re-measured rows, not controls")
+    m.add_argument("--replace-only", action="store_true",
+                   help="leave out new rows that replace none of the file's")
     m.add_argument("-o", "--output", required=True)
     p = sub.add_parser("pool", help="the visits of several runs of one bundle, pooled per row")
     p.add_argument("--rescale", action="store_true",

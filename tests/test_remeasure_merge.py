@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 from pathlib import Path
 
@@ -144,3 +145,79 @@ def test_committed_pooled_rows_are_the_rescaled_pool_of_both_leases(tmp_path):
     made, saved = read_samples(out), read_samples(res / "cpu40-pooled.csv")
     assert [r["latency_us"] for r in made] == [r["latency_us"] for r in saved]
     assert min(r["rounds"] for r in made) >= 40
+
+
+K1S2 = ["--where", "op=conv2d", "--where", "KH=1", "--where", "SH=2"]
+
+
+def test_where_filter_matches_values_as_the_file_reads_them():
+    keep = remeasure.where_filter(["KH=1", "SH=2"])
+    assert keep({"KH": 1, "SH": 2}) and not keep({"KH": 1, "SH": 1}) and not keep({"KH": 1})
+    with pytest.raises(SystemExit, match="expected COL=VALUE"):
+        remeasure.where_filter(["KH"])
+
+
+def _rescale_case(tmp_path: Path, factor: float) -> tuple[Path, Path, list[dict], list[str]]:
+    """A file of 30 CPU rows and 3 changed (1x1 stride-2) ones, and a run of another lease
+    ``factor`` times slower that measured all of them: the 30 as controls, the changed ones
+    with new times, the third of them drawn as a control."""
+    with open(DATA_DIR / "samples-x86-cuda-h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        columns, rows = list(reader.fieldnames), list(reader)
+    changed = remeasure.where_filter(K1S2[1::2])
+    typed = read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
+    k1s2 = [r for r, t in zip(rows, typed, strict=True) if t["role"] == "cpu" and changed(t)][:3]
+    plain = [r for r, t in zip(rows, typed, strict=True)
+             if t["role"] == "cpu" and t["algorithm"] != "copy" and not changed(t)][:30]
+    old = tmp_path / "old.csv"
+    _write(old, plain + k1s2, columns)
+    run = [dict(r, model="control") for r in _slower(plain, factor)]
+    run += [dict(r, latency_us=f"{50.0 * factor:.3f}") for r in k1s2[:2]]
+    run += [dict(k1s2[2], model="control", latency_us=f"{70.0 * factor:.3f}")]
+    new = tmp_path / "new.csv"
+    _write(new, run, columns)
+    return old, new, k1s2, columns
+
+
+def test_merge_rescales_a_leases_rows_by_its_controls(tmp_path, capsys):
+    """Session 17: rows re-measured on another lease join the file on its scale; a changed row
+    drawn as a control is a re-measured row (its own model kept), not a control."""
+    old, new, k1s2, _ = _rescale_case(tmp_path, 1.25)
+    out = tmp_path / "merged.csv"
+    assert remeasure.main(["merge", str(old), str(new), "--rescale-against", str(old), *K1S2,
+                           "--replace-only", "-o", str(out)]) == 0
+    assert "lease speed cpu 1.250 (n 30)" in capsys.readouterr().out
+    merged = read_samples(out)
+    assert len(merged) == 33
+    assert [r["latency_us"] for r in merged[30:]] == pytest.approx([50.0, 50.0, 70.0])
+    assert [r["model"] for r in merged[30:]] == [r["model"] for r in k1s2]
+    plain = read_samples(old)[:30]
+    assert [r["latency_us"] for r in merged[:30]] == [r["latency_us"] for r in plain]
+
+
+def test_merge_rescale_needs_enough_controls(tmp_path):
+    old, new, _, columns = _rescale_case(tmp_path, 1.1)
+    with open(new, newline="") as f:
+        few = list(csv.DictReader(f))[-13:]  # 10 controls and the 3 changed rows
+    _write(new, few, columns)
+    out = tmp_path / "merged.csv"
+    with pytest.raises(SystemExit, match="fewer than 20 control rows"):
+        remeasure.main(["merge", str(old), str(new), "--rescale-against", str(old), *K1S2,
+                        "-o", str(out)])
+    assert not out.exists()
+
+
+def test_bundle_takes_rows_of_every_file_and_controls_whose_kernels_did_not_change():
+    """Session 17: 10 of 160 controls drawn from the whole file were 1x1 stride-2 rows, whose
+    kernel had changed; their ratios are no lease speed."""
+    from helpers import ROOT
+
+    deep = ROOT / "benchmarks" / "results" / "deep-h100" / "deep-samples.csv"
+    args = argparse.Namespace(samples=[str(DATA_DIR / "samples-x86-cuda-h100.csv"), str(deep)],
+                              role="cpu", algorithms=None, where=K1S2[1::2],
+                              controls="160,0", seed=17)  # fmt: skip
+    rows, jobs = remeasure.bundle_jobs(args)
+    assert {r["model"] for r in rows} == {"random-downsample", "random-deep"}
+    controls = jobs[len(rows):]
+    assert len(controls) == 160 and {j.model for j in controls} == {"control"}
+    assert not any(j.spec.KH == 1 and j.spec.SH == 2 for j in controls)
