@@ -7,8 +7,9 @@
         benchmarks/results/pointwise-h100/pointwise-samples.csv \
         --json benchmarks/results/pad-gather.json                                # ~2 min
 
-Compiles the pad pass alone (``cpu_conv.padded_input`` scheduled as the kernel schedules it)
-for Sapphire Rapids, for every pad geometry of the files' CPU direct-conv sub-ops and a grid
+Compiles the pad pass alone (``cpu_conv.padded_input``, or ``sampled_input`` for a 1x1 window
+at stride > 1, scheduled as the kernel schedules it) for Sapphire Rapids, for every pad
+geometry of the files' CPU direct-conv sub-ops and a grid
 of copies (input rows 1-30, widths 3-80, keeping or dropping the last row and column); counts
 the geometries whose compiled code gathers and where the rule disagrees. Then fits the codl
 predictor on the first file and prints, per shape of its 1x1 stride-2 CPU rows, the median
@@ -32,14 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codl_tvm.predictor import make  # noqa: E402
 from codl_tvm.predictor.base import sub_spec  # noqa: E402
 from codl_tvm.predictor.cpu_terms import direct_padded_in  # noqa: E402
-from codl_tvm.predictor.mirror import Machine, pad_gathered  # noqa: E402
+from codl_tvm.predictor.mirror import Machine, pad_gathered, sampled  # noqa: E402
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
 
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
           "mtriple": "x86_64-linux-gnu"}  # fmt: skip
 GRID_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 30)
-Geometry = tuple[int, int, int, int, int, int, int]  # H, W, hp, wp, top, left, bottom+right
+# H, W, hp, wp, top, left, bottom+right, then stride and OW: 1 and wp for a copy, SH (= SW) and
+# the output columns of a 1x1 window's sampled pass (``cpu_conv.sampled_input``)
+Geometry = tuple[int, int, int, int, int, int, int, int, int]
 
 
 def compiled_gathers(g: Geometry) -> bool:
@@ -50,13 +53,15 @@ def compiled_gathers(g: Geometry) -> bool:
 
     from codl_tvm.schedules import testing
     from codl_tvm.schedules.analysis import Conv2DInfo
-    from codl_tvm.schedules.cpu_conv import _parallel_spatial, padded_input
+    from codl_tvm.schedules.cpu_conv import _parallel_spatial, padded_input, sampled_input
 
-    h, w, hp, wp, top, left, _ = g
-    c = Conv2DInfo(n=1, ic=8, h=h, w=w, oc=8, ic_per_group=8, kh=1, kw=1, stride=(1, 1),
-                   dilation=(1, 1), pad=(top, left, 0, 0), oh=h, ow=w)  # fmt: skip
+    h, w, hp, wp, top, left, _, st, ow = g
+    c = Conv2DInfo(n=1, ic=8, h=h, w=w, oc=8, ic_per_group=8, kh=1, kw=1, stride=(st, st),
+                   dilation=(1, 1), pad=(top, left, 0, 0), oh=hp if st > 1 else h,
+                   ow=ow if st > 1 else w)  # fmt: skip
     x = te.placeholder((1, 8, h, w), name="x")
-    sch = Schedule(te.create_prim_func([x, padded_input(c, x, hp, wp)]))
+    xp = sampled_input(c, x, wp) if st > 1 else padded_input(c, x, hp, wp)
+    sch = Schedule(te.create_prim_func([x, xp]))
     _parallel_spatial(sch, "codl_pad", None)
     lib = testing.build(sch.mod["main"], tvm.target.Target(TARGET))
     return "gather" in (lib.mod if hasattr(lib, "mod") else lib).inspect_source("asm")
@@ -70,7 +75,8 @@ def sample_geometries(rows: list[dict[str, Any]], m: Machine) -> dict[Geometry, 
             continue
         s = sub_spec(r)
         hp, wp = direct_padded_in(s, m)
-        out.setdefault((s.H, s.W, hp, wp, s.pad[0], s.pad[1], s.pad[2] + s.pad[3]), s)
+        st, ow = (s.SH, s.out_w) if sampled(s) else (1, wp)
+        out.setdefault((s.H, s.W, hp, wp, s.pad[0], s.pad[1], s.pad[2] + s.pad[3], st, ow), s)
     return out
 
 
@@ -81,7 +87,7 @@ def grid() -> dict[Geometry, OpSpec]:
         for w in range(3, 81):
             for dh, dw in ((0, 0), (1, 0), (0, 1), (1, 1)):
                 if h - dh >= 1:
-                    out[(h, w, h - dh, w - dw, 0, 0, 0)] = OpSpec("conv2d", h, w, 8, 8)
+                    out[(h, w, h - dh, w - dw, 0, 0, 0, 1, w - dw)] = OpSpec("conv2d", h, w, 8, 8)
     return out
 
 

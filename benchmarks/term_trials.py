@@ -51,7 +51,7 @@ from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
 from codl_tvm.predictor.base import sub_spec  # noqa: E402
 from codl_tvm.predictor.blocking import variant  # noqa: E402
 from codl_tvm.predictor.cpu_terms import direct_padded_in  # noqa: E402
-from codl_tvm.predictor.mirror import Machine, conv_shape  # noqa: E402
+from codl_tvm.predictor.mirror import Machine, conv_shape, sampled  # noqa: E402
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
 
@@ -71,7 +71,7 @@ class Tiles:
     tasks: int
     waves: int
     cores: int
-    plane_bytes: int  # one channel of the padded input: the stride of the hot loop's rc steps
+    plane_bytes: int  # one channel of the padded (sampled) input: the hot loop's rc step
 
     @classmethod
     def of(cls, s: OpSpec, m: Machine) -> Tiles:
@@ -83,8 +83,10 @@ class Tiles:
 
     @property
     def step_lines(self) -> int:
-        """Cache lines one rc step of a task reads: its x_tile inputs, SW apart."""
-        return math.ceil(((self.x_tile - 1) * self.s.SW + 1) * 4 / LINE_BYTES)
+        """Cache lines one rc step of a task reads: its x_tile inputs, adjacent in the sampled
+        copy of a 1x1 window at stride > 1, SW apart in the padded copy of any other."""
+        step = 1 if sampled(self.s) else self.s.SW
+        return math.ceil(((self.x_tile - 1) * step + 1) * 4 / LINE_BYTES)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The direct conv's gathered pad pass (``mirror.pad_gathered``) against LLVM's own code.
 
-The rule was read off the Sapphire Rapids assembly of the pad passes of the H100 samples'
-sub-ops; these tests compile real direct-conv kernels for that CPU and look for the gathers in
-the pad pass, so an LLVM that vectorizes the copy differently fails here, not in the field.
+The rules were read off the Sapphire Rapids assembly of the pad passes of the H100 samples'
+sub-ops (the copies of KxK windows, and since session 17 the samples of 1x1 stride-2 ones,
+``cpu_conv.sampled_input``); these tests compile real direct-conv kernels for that CPU and
+look for the gathers in the pad pass, so an LLVM that vectorizes it differently fails here,
+not in the field.
 """
 
 from __future__ import annotations
@@ -52,19 +54,27 @@ def compiled_pad_gathers(s: OpSpec) -> bool:
 
 
 CASES = [
-    # (H, W, IC, OC, K, stride, pad): a 1x1 stride-2 copy keeps every row and column of odd
-    # sizes, drops the last row and column of even ones
-    (7, 7, 32, 64, 1, 2, 0),  # identity, 7 wide: one vector, contiguous
-    (17, 17, 32, 64, 1, 2, 0),  # identity, 17 wide: gathered
-    (55, 55, 16, 48, 1, 2, 0),  # identity, 55 wide: gathered
-    (57, 57, 16, 48, 1, 2, 0),  # whole column tiles past the input (83 wide): contiguous
+    # (H, W, IC, OC, K, stride, pad). Copies (KxK windows): an unpadded 3x3 stride-1 conv
+    # keeps every row and column, one at stride 2 on an even input drops the last row
+    (7, 7, 32, 64, 3, 1, 0),  # identity, 7 wide: one vector, contiguous
+    (17, 17, 32, 64, 3, 1, 0),  # identity, 17 wide: gathered
     (59, 59, 16, 48, 4, 1, 0),  # identity, 59 wide: gathered
     (60, 60, 16, 48, 5, 1, 0),  # identity, 60 wide: too wide to unroll, contiguous
-    (10, 10, 32, 64, 1, 2, 0),  # rows and a column dropped, 9 wide: gathered
-    (20, 20, 16, 48, 1, 2, 0),  # rows and a column dropped, 19 wide: contiguous
-    (17, 18, 32, 64, 1, 2, 0),  # a column dropped only: contiguous
+    (10, 10, 32, 64, 3, 2, 0),  # a row and a column dropped, 9 wide: gathered
+    (20, 20, 16, 48, 3, 2, 0),  # a row and a column dropped, 19 wide: contiguous
     (13, 13, 32, 64, 3, 1, 1),  # zero padding: never gathered
     (15, 15, 32, 64, 3, 2, 0),  # 3x3 stride 2 without padding, identity 15 wide: gathered
+    # samples (1x1 windows at stride 2, ``cpu_conv.sampled_input``)
+    (17, 17, 32, 64, 1, 2, 0),  # 9x9, the input's last row and column unread: gathered
+    (18, 18, 32, 64, 1, 2, 0),  # 9x9 ending exactly at the input's end: contiguous
+    (16, 16, 32, 64, 1, 2, 0),  # 8x8 ending exactly at the input's end, 8 wide: gathered
+    (27, 27, 32, 64, 1, 2, 0),  # 14x14, the input's last row and column unread: gathered
+    (1, 10, 32, 64, 1, 2, 0),  # one row (of a one-row part), 5 wide: gathered
+    (1, 8, 32, 64, 1, 2, 0),  # one row, 4 wide: contiguous
+    (1, 18, 32, 64, 1, 2, 0),  # one row, 9 wide: contiguous
+    (37, 37, 16, 48, 1, 2, 0),  # 19 wide + a 9-column tail, 28 in all: contiguous
+    (57, 57, 16, 48, 1, 2, 0),  # 29 wide + a 13-column tail, 42 in all: gathered
+    (81, 81, 16, 48, 1, 2, 0),  # 41 wide + a 1-column tail: contiguous
 ]
 
 
@@ -77,9 +87,9 @@ def test_the_rule_matches_llvms_pad_pass(h: int, w: int, ic: int, oc: int, k: in
 
 
 def test_the_gathered_copy_is_a_term_of_its_own() -> None:
-    """The term is the pad pass's elements per core where the copy gathers, 0 elsewhere."""
+    """The term is the pad pass's elements per core where the pass gathers, 0 elsewhere."""
     gathered = OpSpec("conv2d", 17, 17, 32, 64, 1, 1, 2, 2)
-    plain = OpSpec("conv2d", 18, 18, 32, 64, 1, 1, 2, 2)  # drops a row and a column: 17 wide
+    plain = OpSpec("conv2d", 18, 18, 32, 64, 1, 1, 2, 2)  # 9x9 samples ending at the input's end
     hp, wp = cpu_terms.direct_padded_in(gathered, M)
     assert cpu_terms.cpu_conv(gathered, M)[PAD_TERM] == 32 * hp * wp / M.cores
     assert cpu_terms.cpu_conv(plain, M)[PAD_TERM] == 0.0

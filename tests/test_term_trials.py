@@ -47,13 +47,13 @@ def test_a_drop_zeroes_its_slot_for_1x1_stride_2_only():
 
 
 def test_tiles_follow_the_kernel():
-    """17x17 at stride 2: 9 output columns in one tile, whose inputs span 17 floats (2 lines);
-    224 planes of the 17x17 copy."""
+    """17x17 at stride 2: 9 output columns in one tile, whose inputs are 9 adjacent floats of
+    the 9x9 sampled copy (1 line; 17 floats, 2 lines, of the 17x17 copy before session 17)."""
     from codl_tvm import tiling
     from codl_tvm.predictor.mirror import conv_shape
 
     g = trials.Tiles.of(K1S2, M)
-    assert (g.x_tile, g.vecs, g.step_lines, g.plane_bytes) == (9, 2, 2, 17 * 17 * 4)
+    assert (g.x_tile, g.vecs, g.step_lines, g.plane_bytes) == (9, 2, 1, 9 * 9 * 4)
     assert g.tasks == tiling.direct_tasks(conv_shape(K1S2), M)
     assert g.waves == -(-g.tasks // M.cores)
 

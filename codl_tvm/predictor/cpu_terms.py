@@ -22,9 +22,11 @@ from codl_tvm.predictor.gpu_terms import _cdiv
 from codl_tvm.predictor.mirror import (
     Machine,
     conv_shape,
+    direct_pad,
     eltwise_gathered_passes,
     gemv_blocks_per_task,
     pad_gathered,
+    padded_in,
 )
 from codl_tvm.predictor.opspec import OpSpec
 
@@ -93,16 +95,10 @@ def _rows_read(s: OpSpec, out_rows: int) -> int:
     return (out_rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1
 
 
-def _padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
-    """Rows, cols of the padded input the CPU kernels copy (whole register tiles)."""
-    d = s.dilation
-    return (s.out_h - 1) * s.SH + (s.KH - 1) * d + 1, (out_w - 1) * s.SW + (s.KW - 1) * d + 1
-
-
 def direct_padded_in(s: OpSpec, m: Machine) -> tuple[int, int]:
-    """Rows, cols of the padded input the direct conv (:func:`cpu_conv`) copies."""
+    """Rows, cols of the padded input the direct conv (:func:`cpu_conv`) copies (samples)."""
     _, xt = tiling.direct_tiles(conv_shape(s), m)
-    return _padded_in(s, _cdiv(s.out_w, xt) * xt)
+    return direct_pad(s, _cdiv(s.out_w, xt) * xt)
 
 
 def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
@@ -133,7 +129,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     ocp = _cdiv(s.OC, ocb)
     owp = _cdiv(s.out_w, xt) * xt
     waves = _cdiv(ocp * s.out_h * _cdiv(s.out_w, xt), m.cores)
-    hp, wp = _padded_in(s, owp)
+    hp, wp = direct_pad(s, owp)
     red = s.reduction
     nx = owp // xt
     # input rows one core's L2 fetches (from L3 / the cores that ran the pad pass): every
@@ -180,11 +176,12 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
         _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4),
-        # the padded input copy again where it compiles to a gather and a scatter per column
-        # (:func:`mirror.pad_gathered`: a copy without zero padding, rows 9..59 wide). The 1x1
-        # stride-2 rows of 17x17 224->160, 21x21 416->96 and 27x27 288->488 ran a median 1.27x,
-        # 1.19x and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (the kn model,
-        # whose convs all pad, fits it to 0)
+        # the pad pass again where it compiles to gathers (:func:`mirror.pad_gathered`: a copy
+        # without zero padding, rows 9..59 wide; the sampled pass of a 1x1 window at stride 2
+        # where its rows are short). When 1x1 stride-2 convs still copied the whole input, their
+        # rows of 17x17 224->160, 21x21 416->96 and 27x27 288->488 ran a median 1.27x, 1.19x
+        # and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (session 15; the kn
+        # model, whose convs all pad, fits it to 0)
         s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp),
     ]
 
@@ -288,7 +285,7 @@ def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
     time; a fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
     vx = _cdiv(s.out_w, m.lanes)
     waves = _cdiv(s.OC * s.out_h, m.cores)
-    hp, wp = _padded_in(s, vx * m.lanes)
+    hp, wp = padded_in(s, vx * m.lanes)
     strided = s.SW > 1
     return [
         waves * vx * s.reduction * (not strided),

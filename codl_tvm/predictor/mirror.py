@@ -160,15 +160,62 @@ def eltwise_gathered_passes(w: int) -> int:
 # row and column and rows are PAD_GATHER_IDENTITY_W wide, or where it drops rows (a stride-2
 # window's last input row) and rows are PAD_GATHER_CROP_W wide. From the assembly of the pad
 # passes (``benchmarks/pad_gather_report.py``): right on all 781 geometries of the H100 samples'
-# sub-ops and on 2934 of a grid of 2964 copies; the 30 others are edges no sample reaches
-# (one-row and two-of-three-row crops, 16-wide crops of even heights, 8-wide column crops)
+# sub-ops (those of 1x1 stride-2 convs included, which copied until session 17) and on 2934 of
+# a grid of 2964 copies; the 30 others are edges no sample reaches (one-row and
+# two-of-three-row crops, 16-wide crops of even heights, 8-wide column crops)
 PAD_GATHER_IDENTITY_W = (9, 59)
 PAD_GATHER_CROP_W = (2, 15)
 
 
+# A 1x1 window at stride > 1 samples its pixels instead (``cpu_conv.sampled_input``: ``hp``
+# output rows of ``wp`` columns, the columns past OW a predicated tail). LLVM loads them by
+# gather where rows are short: up to 8 wide, or up to 14 unless the samples end exactly at the
+# input's last row and column (H = SH*OH, W = SW*OW), or 5-8 wide for one row of a one-row
+# part (the only one-row passes the samples have); and where a tail of two or more columns
+# follows rows over 28 wide. Otherwise by contiguous loads and shuffles. From the assembly
+# (zero padding, as every 1x1 stride-2 sample has): right on 239 of the 240 geometries of the
+# H100 samples' and strata's 1x1 stride-2 sub-ops (the miss: 2x2 of a 4x4 input);
+# ``tests/test_predictor_pad_gather.py`` compiles the edges
+SAMPLED_GATHER_W = 8
+SAMPLED_GATHER_INEXACT_W = 14
+SAMPLED_GATHER_ONE_ROW_W = (5, 8)
+SAMPLED_GATHER_TAIL_W = 28
+
+
+def sampled(s: OpSpec) -> bool:
+    """Whether the direct conv's pad pass samples ``s``'s input (1x1 at stride > 1)."""
+    return s.KH * s.KW == 1 and max(s.SH, s.SW) > 1
+
+
+def padded_in(s: OpSpec, out_w: int) -> tuple[int, int]:
+    """Rows, cols of the padded input the CPU kernels copy (whole register tiles)."""
+    d = s.dilation
+    return (s.out_h - 1) * s.SH + (s.KH - 1) * d + 1, (out_w - 1) * s.SW + (s.KW - 1) * d + 1
+
+
+def direct_pad(s: OpSpec, owp: int) -> tuple[int, int]:
+    """Rows, cols the direct conv's pad pass writes for ``owp`` output columns: a 1x1 window's
+    pass samples only the pixels it reads (``cpu_conv.sampled_input``), so the conv reads them
+    at stride 1 (at stride 1 the two geometries are one)."""
+    return (s.out_h, owp) if s.KH * s.KW == 1 else padded_in(s, owp)
+
+
+def _sampled_gathered(s: OpSpec, hp: int, wp: int) -> bool:
+    tail = wp - s.out_w
+    if tail:
+        return tail >= 2 and wp > SAMPLED_GATHER_TAIL_W
+    if hp == 1:
+        lo, hi = SAMPLED_GATHER_ONE_ROW_W
+        return lo <= wp <= hi
+    exact = s.H == s.SH * s.out_h and s.W == s.SW * s.out_w
+    return wp <= SAMPLED_GATHER_W or (wp <= SAMPLED_GATHER_INEXACT_W and not exact)
+
+
 def pad_gathered(s: OpSpec, hp: int, wp: int) -> bool:
-    """Whether the pad pass copying ``s``'s input to ``hp`` x ``wp`` loads and stores by
-    gather and scatter (see :data:`PAD_GATHER_IDENTITY_W`)."""
+    """Whether the pad pass writing ``s``'s input to ``hp`` x ``wp`` loads (and, for a copy,
+    stores) by gather (see :data:`PAD_GATHER_IDENTITY_W`, :data:`SAMPLED_GATHER_W`)."""
+    if sampled(s):
+        return _sampled_gathered(s, hp, wp)
     if any(s.pad):
         return False
     if hp == s.H and wp == s.W:
