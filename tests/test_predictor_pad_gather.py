@@ -57,11 +57,16 @@ CASES = [
     # (H, W, IC, OC, K, stride, pad). Copies (KxK windows): an unpadded 3x3 stride-1 conv
     # keeps every row and column, one at stride 2 on an even input drops the last row
     (7, 7, 32, 64, 3, 1, 0),  # identity, 7 wide: one vector, contiguous
+    (8, 8, 32, 64, 3, 1, 0),  # identity, 8 wide: contiguous
+    (9, 9, 32, 64, 3, 1, 0),  # identity, 9 wide: gathered
     (17, 17, 32, 64, 3, 1, 0),  # identity, 17 wide: gathered
     (59, 59, 16, 48, 4, 1, 0),  # identity, 59 wide: gathered
     (60, 60, 16, 48, 5, 1, 0),  # identity, 60 wide: too wide to unroll, contiguous
     (10, 10, 32, 64, 3, 2, 0),  # a row and a column dropped, 9 wide: gathered
     (20, 20, 16, 48, 3, 2, 0),  # a row and a column dropped, 19 wide: contiguous
+    (16, 16, 32, 64, 3, 2, 0),  # a row and a column dropped, 15 wide: gathered
+    (18, 18, 32, 64, 3, 2, 0),  # a row and a column dropped, 17 wide: contiguous
+    (5, 3, 32, 64, 2, 2, 0),  # a row and a column dropped, 2 wide: gathered
     (13, 13, 32, 64, 3, 1, 1),  # zero padding: never gathered
     (15, 15, 32, 64, 3, 2, 0),  # 3x3 stride 2 without padding, identity 15 wide: gathered
     # samples (1x1 windows at stride 2, ``cpu_conv.sampled_input``)
