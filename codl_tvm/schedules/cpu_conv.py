@@ -67,7 +67,7 @@ def direct_compute(c: Conv2DInfo, t: TargetInfo):
 
     pointwise = c.kh == c.kw == 1
     if pointwise:  # the pad pass samples the strided pixels; the conv then runs at stride 1
-        hp, wp, sh, sw = c.oh, owp, 1, 1
+        sh = sw = 1
 
     def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
         xp = sampled_input(c, x, owp) if pointwise else padded_input(c, x, hp, wp)

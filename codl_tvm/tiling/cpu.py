@@ -43,7 +43,7 @@ def gemm_wins(c: Conv, t: Simd) -> bool:
         return False
     if os.environ.get(GEMM_ENV) == "always":
         return True
-    if tuple(c.stride) != (1, 1):  # measured only at stride 1: the direct conv keeps the rest
+    if tuple(c.stride) != (1, 1):  # it won and lost by shape there (KERNELS.md, session 17)
         return False
     ocb, xt = direct_tiles(c, t)
     col_waste = math.ceil(c.ow / xt) * xt / c.ow
