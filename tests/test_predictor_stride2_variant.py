@@ -92,13 +92,14 @@ def _stride2_rows(role: str) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize(("role", "before", "floor"), [("cpu", 0.20, 0.50), ("gpu", 0.53, 0.72)])
+@pytest.mark.parametrize(("role", "before", "floor"), [("cpu", 0.20, 0.58), ("gpu", 0.53, 0.72)])
 def test_strata_stride_2_rows_never_trained_on(shipped, role: str, before: float,
                                                floor: float) -> None:
     """Regression (session 14): the three strata's 1x1 stride-2 rows were within +-10% for
     20% (CPU, median 0.74x) and 53% (GPU) predicted by the 1x1 models; by their own
     models, trained on the downsample stratum: 60% and 81%. Session 17's sampled pad pass
-    (every such row measured again): CPU 56%, the body stratum's big planes at 36% (1.11x)."""
+    (every such row measured again): CPU 56%, 61% with the stride-1 L1-spill unit tied in
+    (``ties.TIED_VARIANT_UNITS``); the body stratum's big planes stay at 38% (1.12x)."""
     test = _stride2_rows(role)
     assert len(test) >= 230
     ratio = np.array(shipped.predict(test)) / np.array([r["latency_us"] for r in test])

@@ -5,11 +5,13 @@ as any parallel pass does; only YOLO-V2's 13x13 x1024 layers of the training fil
 regime, so once YOLO-V2 is held out no row can teach the rate. The unit is tied to the
 elementwise model's time per streamed byte instead. The 1x1 GEMM's call beyond the L2s (its
 pack and unpack passes) is reached by no row of the training file at all; it adds the
-elementwise model's streamed-byte unit.
+elementwise model's streamed-byte unit. A 1x1 stride-2 direct conv runs the stride-1 hot loop
+over its sampled copy and takes that model's L1-spill unit.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -22,7 +24,14 @@ from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.fitting import robust_rel_fit
 from codl_tvm.predictor.mirror import Machine, conv_shape, kernel
 from codl_tvm.predictor.opspec import OpSpec
-from codl_tvm.predictor.ties import TIED_UNITS, streamed_byte_us, streamed_extra_byte_us
+from codl_tvm.predictor.ties import (
+    L1_SPILL_COLUMN,
+    TIED_UNITS,
+    TIED_VARIANT_UNITS,
+    streamed_byte_us,
+    streamed_extra_byte_us,
+    stride1_l1_spill_us,
+)
 from codl_tvm.profiler import read_samples
 from codl_tvm.tiling import gemm_tiles
 
@@ -141,3 +150,28 @@ def test_held_out_yolo_v2_winograd_rows_beyond_the_l2s(rows) -> None:
     assert len(big) == 5
     ratio = np.array(pred.predict(big)) / np.array([r["latency_us"] for r in big])
     assert np.all(np.abs(ratio - 1.0) <= 0.1), ratio
+
+
+K1, K1S2 = "cpu/conv2d/direct-nchwc/k1", "cpu/conv2d/direct-nchwc/k1s2"
+
+
+def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(rows) -> None:
+    """Session 17: the sampled copy gives both the stride-1 hot loop; fitted alone, the
+    stride-2 unit came out 5x the stride-1 one."""
+    tie = TIED_VARIANT_UNITS[("cpu", "direct-nchwc", "k1s2")]
+    assert tie.unit is stride1_l1_spill_us and tie.column == L1_SPILL_COLUMN
+    pred = _fit(rows)
+    assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN] > 0.0
+    shipped = json.loads((DATA_DIR / "predictor-x86-cuda.json").read_text())["model"]["t"]
+    assert shipped["cpu"]["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] == (
+        shipped["cpu"]["conv2d/direct-nchwc/k1"][L1_SPILL_COLUMN])
+
+
+def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
+    k1 = [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"
+          and r["KH"] * r["KW"] == 1 and r["SH"] == 1]  # fmt: skip
+    left = {id(r) for r in k1}
+    pred = _fit([r for r in rows if id(r) not in left])
+    assert K1 not in pred.t_
+    assert pred.t_[K1S2][L1_SPILL_COLUMN] == 0.0 and all(np.isfinite(pred.t_[K1S2]))
+    assert stride1_l1_spill_us(None) == stride1_l1_spill_us({"t": [1.0], "b": [1, 1, 1]}) == 0.0

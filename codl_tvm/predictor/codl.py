@@ -39,7 +39,7 @@ from codl_tvm.predictor.blocking import (
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
-from codl_tvm.predictor.ties import TIED_UNITS, Tie
+from codl_tvm.predictor.ties import TIED_UNITS, TIED_VARIANT_UNITS, Tie
 
 
 def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
@@ -168,9 +168,12 @@ class CoDLPredictor(BasePredictor):
         return out
 
     def _tie(self, key: str) -> Tie | None:
-        """The tie of a model whose unit comes from another model (:data:`ties.TIED_UNITS`)."""
-        role, _, algo = key.split("/")[:3]
-        return TIED_UNITS.get((self.family_[role], algo))
+        """The tie of a model whose unit comes from another model (:data:`ties.TIED_UNITS`,
+        per filter-size variant :data:`ties.TIED_VARIANT_UNITS`)."""
+        role, _, algo, *variant = key.split("/")
+        fam = self.family_[role]
+        by_variant = TIED_VARIANT_UNITS.get((fam, algo, *variant)) if variant else None
+        return by_variant or TIED_UNITS.get((fam, algo))
 
     def _learn_stream_bytes(self, groups: dict[str, list[int]], subs: list[OpSpec],
                             y: np.ndarray) -> int:

@@ -51,3 +51,26 @@ TIED_UNITS: dict[tuple[str, str], Tie] = {
     ("cpu", "winograd-2x2-3x3"): Tie(6, "elementwise/parallel-loops", streamed_byte_us),
     ("cpu", "gemm-1x1"): Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
 }
+
+# The direct conv's weight loads once a task's packed panel spills L1 (``cpu_terms.cpu_conv``'s
+# sixth term, column 6 after t0). Since session 17 a 1x1 window at stride 2 runs the stride-1
+# 1x1 hot loop over its sampled copy, so its model takes the stride-1 model's unit. Fitted on
+# its 24 shapes alone the unit came out 5x the stride-1 one and stood in for other costs. Tied,
+# the deep strata's 1x1 stride-2 rows (never trained on; IC 448-3650, whose panels spill) go
+# from 65 to 71% within +-10%, all 236 strata rows from 55.5 to 60.6%, leave one shape out from
+# 63.5 to 64.9%; the split's 1x1 stride-2 rows from 71.9 to 71.5% (PREDICTOR.md, session 17)
+L1_SPILL_COLUMN = 6
+
+
+def stride1_l1_spill_us(k1: Any) -> float:
+    """The stride-1 1x1 direct-conv model's L1-spill unit; 0 without one (or a recorded one)."""
+    if not isinstance(k1, list) or len(k1) <= L1_SPILL_COLUMN:
+        return 0.0
+    return float(k1[L1_SPILL_COLUMN])
+
+
+# (family, algorithm, filter-size variant) -> its tie, before :data:`TIED_UNITS`
+TIED_VARIANT_UNITS: dict[tuple[str, str, str], Tie] = {
+    ("cpu", "direct-nchwc", "k1s2"): Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
+                                         stride1_l1_spill_us),
+}
