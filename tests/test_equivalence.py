@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import const, conv, reference, rel_err, single_function
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tvm.relax import op as rop
 
@@ -64,8 +64,11 @@ def conv_case(draw):
 
 @SETTINGS
 @given(case=conv_case(), dim=st.sampled_from(["H", "OC"]), ratio=RATIOS)
+@example(case=dict(shape=(1, 8, 14, 14), oc=16, k=1, stride=2, dilation=1, padding=(0,) * 4,
+                   groups=1, bias=True), dim="H", ratio=0.9)  # a ResNet shortcut, one-row part
 def test_conv2d_split_equals_unsplit(case, dim, ratio):
     rng = np.random.default_rng(1)
+    case = dict(case)  # the example's dict is hypothesis's to reuse
     shape = case.pop("shape")
     mod = codl_tvm.load_model(single_function(shape, lambda bb, x: conv(bb, x, rng, **case)))
     check(mod, Plan(ops={"conv2d_0": OpPlacement("split", dim, ratio)}))

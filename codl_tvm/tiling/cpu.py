@@ -41,13 +41,13 @@ def gemm_wins(c: Conv, t: Simd) -> bool:
     """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it)."""
     if not gemm_applies(c):
         return False
-    if os.environ.get(GEMM_ENV) == "always":
-        return True
-    if tuple(c.stride) != (1, 1):  # it won and lost by shape there (KERNELS.md, session 17)
-        return False
-    ocb, xt = direct_tiles(c, t)
-    col_waste = math.ceil(c.ow / xt) * xt / c.ow
-    return c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt
+    # at stride > 1 it won and lost by shape (KERNELS.md, session 17): the direct conv keeps them
+    if tuple(c.stride) == (1, 1):
+        ocb, xt = direct_tiles(c, t)
+        col_waste = math.ceil(c.ow / xt) * xt / c.ow
+        if c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt:
+            return True
+    return os.environ.get(GEMM_ENV) == "always"  # read last: the predictor calls this per op
 
 
 def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
