@@ -114,6 +114,9 @@ TRIALS: dict[str, Trial] = {
     "pad pass reads": Trial(
         "input rows the pad pass reads, stride-2 rows it skips included",
         lambda g: g.s.IC * g.s.H * g.s.W / g.cores),
+    "pad pass rows": Trial(
+        "rows of the sampled pad pass per core (a cost per row beside the one per element)",
+        lambda g: g.s.IC * g.s.out_h / g.cores),
     "no L1 spill term": Trial("session 15's closest trial: the weight-panel L1 term dropped",
                               drop=L1_SPILL_SLOT),
 }
