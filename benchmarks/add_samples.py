@@ -53,6 +53,14 @@ def lease_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, di
     return out
 
 
+def check_controls(speed: dict[str, dict[str, float]], roles: set[str], new: object) -> None:
+    """Stop unless every processor of ``roles`` has :data:`MIN_CONTROLS` control rows."""
+    short = sorted(r for r in roles if speed.get(r, {}).get("n", 0) < MIN_CONTROLS)
+    if short:
+        raise SystemExit(f"{new}: fewer than {MIN_CONTROLS} control rows on {short}; "
+                         "measure rows of the samples file with model=control in the same call")
+
+
 def scaled(row: dict[str, str], factor: float) -> dict[str, str]:
     out = dict(row)
     for col in TIME_COLUMNS:
@@ -74,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = lease_speed(args.samples, args.new)
     with open(args.new, newline="") as f:
         added = [r for r in csv.DictReader(f) if r["model"] != "control"]
-    roles = {r["role"] for r in added}
-    short = sorted(r for r in roles if speed.get(r, {}).get("n", 0) < MIN_CONTROLS)
-    if short:
-        raise SystemExit(f"{args.new}: fewer than {MIN_CONTROLS} control rows on {short}; "
-                         "measure rows of the samples file with model=control in the same call")
+    check_controls(speed, {r["role"] for r in added}, args.new)
     with open(args.samples, newline="") as f:
         reader = csv.DictReader(f)
         columns, old = reader.fieldnames, list(reader)

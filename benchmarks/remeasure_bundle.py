@@ -91,6 +91,14 @@ def where_filter(conds: list[str]) -> Callable[[dict], bool]:
     return lambda r: all(col in r and str(r[col]) == val for col, val in pairs)
 
 
+def control_counts(text: str) -> tuple[int, int]:
+    """``--controls CPU,GPU``: two counts of rows, or one clear error."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise SystemExit(f"--controls {text!r}: expected CPU,GPU row counts, e.g. 160,60")
+    return int(parts[0]), int(parts[1])
+
+
 def bundle_jobs(args: argparse.Namespace) -> tuple[list[dict], list[Job]]:
     """The rows ``bundle`` re-measures and their jobs, controls (rows of the first file that
     ``--where`` does not pick: their kernels did not change) last."""
@@ -103,7 +111,7 @@ def bundle_jobs(args: argparse.Namespace) -> tuple[list[dict], list[Job]]:
         raise SystemExit(f"{', '.join(args.samples)}: no {args.role} rows of algorithms "
                          f"{sorted(algos or ['any'])} where {' and '.join(args.where) or '-'}")
     jobs = [row_job(r) for r in rows]
-    n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
+    n_cpu, n_gpu = control_counts(args.controls)
     if n_cpu or n_gpu:
         others = [r for r in read_samples(args.samples[0]) if not keep(r)]
         jobs += control_jobs(others, n_cpu, n_gpu, args.seed)
@@ -137,7 +145,7 @@ def control_jobs(rows: list[dict], n_cpu: int, n_gpu: int, seed: int) -> list[Jo
 def stratum(args: argparse.Namespace) -> int:
     from codl_tvm.profiler.space import compute_jobs, strata_specs
 
-    n_cpu, n_gpu = (int(x) for x in args.controls.split(","))
+    n_cpu, n_gpu = control_counts(args.controls)
     counts = {name: getattr(args, name) for name in STRATA}
     if not any(counts.values()) or min(counts.values()) < 0:
         flags = ", ".join(f"--{name}" for name in STRATA)
@@ -162,7 +170,7 @@ def merge(args: argparse.Namespace) -> int:
 
     from codl_tvm.profiler.schema import row_key
 
-    read_samples(args.new)  # a broken or foreign file stops here, before anything is written
+    typed = read_samples(args.new)  # a broken or foreign file stops here, before any write
     with open(args.samples, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames
@@ -170,7 +178,7 @@ def merge(args: argparse.Namespace) -> int:
     with open(args.new, newline="") as f:
         added = list(csv.DictReader(f))
     if args.rescale_against:
-        added = _rescaled(added, args)
+        added = _rescaled(added, typed, args)
     models = {row_key(r): r["model"] for r in old}
     fresh = {row_key(r): dict(r, model=models.get(row_key(r), r["model"])) for r in added}
     # a new row takes its old row's place: seeded splits of the file keep their membership,
@@ -190,21 +198,17 @@ def merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rescaled(added: list[dict], args: argparse.Namespace) -> list[dict]:
-    """``added`` (the new file's rows as text) on ``args.rescale_against``'s scale, the true
-    controls dropped."""
-    from add_samples import MIN_CONTROLS, lease_speed_rows, scaled
+def _rescaled(added: list[dict], typed: list[dict], args: argparse.Namespace) -> list[dict]:
+    """``added`` (the new file's rows as text; ``typed``: as ``read_samples`` reads them) on
+    ``args.rescale_against``'s scale, the true controls dropped."""
+    from add_samples import check_controls, lease_speed_rows, scaled
 
     changed = where_filter(args.where)
-    typed = read_samples(args.new)
     controls = [t for t in typed if t["model"] == "control" and not changed(t)]
     speed = lease_speed_rows(read_samples(args.rescale_against), controls)
     keep = [r for r, t in zip(added, typed, strict=True)
             if r["model"] != "control" or changed(t)]  # fmt: skip
-    short = sorted({r["role"] for r in keep if speed.get(r["role"], {}).get("n", 0) < MIN_CONTROLS})
-    if short:
-        raise SystemExit(f"{args.new}: fewer than {MIN_CONTROLS} control rows of "
-                         f"{args.rescale_against} on {short}")
+    check_controls(speed, {r["role"] for r in keep}, args.new)
     print("lease speed " + ", ".join(f"{k} {v['median']:.3f} (n {v['n']})"
                                      for k, v in sorted(speed.items())))
     return [scaled(r, speed[r["role"]]["median"]) for r in keep]

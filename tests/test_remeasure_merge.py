@@ -221,3 +221,10 @@ def test_bundle_takes_rows_of_every_file_and_controls_whose_kernels_did_not_chan
     controls = jobs[len(rows):]
     assert len(controls) == 160 and {j.model for j in controls} == {"control"}
     assert not any(j.spec.KH == 1 and j.spec.SH == 2 for j in controls)
+
+
+@pytest.mark.parametrize("text", ["160", "160,a", "1,2,3", "-1,0"])
+def test_a_malformed_controls_count_is_one_clear_error(text):
+    with pytest.raises(SystemExit, match="expected CPU,GPU row counts"):
+        remeasure.control_counts(text)
+    assert remeasure.control_counts("160,0") == (160, 0)
