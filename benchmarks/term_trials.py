@@ -50,6 +50,7 @@ from codl_tvm.predictor import blocking, make  # noqa: E402
 from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
 from codl_tvm.predictor.base import sub_spec  # noqa: E402
 from codl_tvm.predictor.blocking import variant  # noqa: E402
+from codl_tvm.predictor.cpu_chunks import conv_core_panels  # noqa: E402
 from codl_tvm.predictor.cpu_terms import direct_padded_in  # noqa: E402
 from codl_tvm.predictor.mirror import Machine, conv_shape, sampled  # noqa: E402
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
@@ -59,6 +60,8 @@ KEY = ("cpu", "direct-nchwc")
 MODEL = "cpu/conv2d/direct-nchwc/k1s2"
 LINE_BYTES = 64
 L1_SPILL_SLOT = 5  # cpu_conv's weight loads once a task's panel spills L1
+PANEL_SLOT = 8  # the busiest worker's weight panels, a 1x1 one up to an L1 (session 18)
+WRITTEN_SLOT = 12  # the bytes the call writes beyond the L2s (session 18, a tied unit)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Tiles:
     waves: int
     cores: int
     plane_bytes: int  # one channel of the padded (sampled) input: the hot loop's rc step
+    ocb: int  # output channels of a task (its weight panel's rows)
 
     @classmethod
     def of(cls, s: OpSpec, m: Machine) -> Tiles:
@@ -79,7 +83,14 @@ class Tiles:
         tasks = tiling.direct_tasks(conv_shape(s), m)
         hp, wp = direct_padded_in(s, m)
         waves = math.ceil(tasks / m.cores)
-        return cls(s, ocb // m.lanes, xt, tasks, waves, m.cores, hp * wp * 4)
+        return cls(s, ocb // m.lanes, xt, tasks, waves, m.cores, hp * wp * 4, ocb)
+
+    @property
+    def panel_floats_uncapped(self) -> float:
+        """The busiest worker's weight panels, each counted whole (the KxK models' term)."""
+        ocp = math.ceil(self.s.OC / self.ocb)
+        most, _ = conv_core_panels(ocp, self.tasks // ocp, self.cores)
+        return most * self.ocb * self.s.reduction
 
     @property
     def step_lines(self) -> int:
@@ -119,6 +130,11 @@ TRIALS: dict[str, Trial] = {
         lambda g: g.s.IC * g.s.out_h / g.cores),
     "no L1 spill term": Trial("session 15's closest trial: the weight-panel L1 term dropped",
                               drop=L1_SPILL_SLOT),
+    "no panel term": Trial("session 18's panel term dropped", drop=PANEL_SLOT),
+    "panels uncapped": Trial("the panel term counting each panel whole, as the KxK model's",
+                             lambda g: g.panel_floats_uncapped, drop=PANEL_SLOT),
+    "no written-bytes term": Trial("session 18's bytes written beyond the L2s dropped",
+                                   drop=WRITTEN_SLOT),
 }
 
 

@@ -20,7 +20,7 @@ from codl_tvm.predictor.opspec import OpSpec
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
           "mtriple": "x86_64-linux-gnu"}  # fmt: skip
 M = Machine()
-PAD_TERM = -1  # cpu_conv's gathered-pad slot
+PAD_TERM = 11  # cpu_conv's gathered-pad slot (the written bytes beyond the L2s follow it)
 
 
 def lambdas(asm: str) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codl_tvm.predictor import DATA_DIR, blocking, cpu_terms, make
+from codl_tvm.predictor import DATA_DIR, blocking, cpu_terms, load, make
 from codl_tvm.predictor.accuracy import split_models
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.fitting import robust_rel_fit
@@ -91,8 +91,8 @@ def test_winograd_unit_is_the_elementwise_models_streamed_byte(rows) -> None:
 def test_without_an_elementwise_model_the_tied_units_are_zero(rows) -> None:
     pred = _fit([r for r in rows if r["op"] != "elementwise"])
     for (_, algo), tie in TIED_UNITS.items():
-        key = f"cpu/conv2d/{algo}"
-        assert pred.t_[key][tie.column] == 0.0 and all(np.isfinite(pred.t_[key]))
+        for key in (k for k in pred.t_ if k.startswith(f"cpu/conv2d/{algo}")):
+            assert pred.t_[key][tie.column] == 0.0 and all(np.isfinite(pred.t_[key]))
 
 
 def pointwise(h: int, ic: int, oc: int) -> OpSpec:
@@ -162,9 +162,8 @@ def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(rows) -> None:
     assert tie.unit is stride1_l1_spill_us and tie.column == L1_SPILL_COLUMN
     pred = _fit(rows)
     assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN] > 0.0
-    shipped = json.loads((DATA_DIR / "predictor-x86-cuda.json").read_text())["model"]["t"]
-    assert shipped["cpu"]["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] == (
-        shipped["cpu"]["conv2d/direct-nchwc/k1"][L1_SPILL_COLUMN])
+    shipped = load(DATA_DIR / "predictor-x86-cuda.json")
+    assert shipped.t_[K1S2][L1_SPILL_COLUMN] == shipped.t_[K1][L1_SPILL_COLUMN] > 0.0
 
 
 def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
@@ -175,3 +174,68 @@ def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
     assert K1 not in pred.t_
     assert pred.t_[K1S2][L1_SPILL_COLUMN] == 0.0 and all(np.isfinite(pred.t_[K1S2]))
     assert stride1_l1_spill_us(None) == stride1_l1_spill_us({"t": [1.0], "b": [1, 1, 1]}) == 0.0
+
+
+KN = "cpu/conv2d/direct-nchwc/kn"
+DIRECT = (K1, K1S2, KN)
+STREAM_COLUMN = TIED_UNITS[("cpu", "direct-nchwc")].column
+
+
+def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(rows) -> None:
+    """Session 18: the direct conv's bytes written beyond the L2s take the elementwise
+    model's streamed-byte unit in every filter-size variant; the 1x1 stride-2 model keeps its
+    L1-spill tie beside it (a model may take several units)."""
+    tie = TIED_UNITS[("cpu", "direct-nchwc")]
+    assert tie.unit is streamed_extra_byte_us
+    pred = _fit(rows)
+    eltwise = pred.t_[f"cpu/{tie.source}"]
+    for key in DIRECT:
+        assert len(pred.t_[key]) == len(blocking.terms("cpu", conv3x3(8, 8, 8), M,
+                                                       "direct-nchwc"))
+        assert pred.t_[key][STREAM_COLUMN] == pytest.approx(eltwise[3]) and eltwise[3] > 0.0
+    assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN]
+
+
+def test_the_file_leaves_tied_units_out_and_loading_derives_them(rows, tmp_path) -> None:
+    """A tied unit is a function of another model's units: the file holds 0 in its column
+    (a trailing one is trimmed) and loading derives it again, sources first."""
+    pred = _fit(rows)
+    pred.save(tmp_path / "p.json")
+    doc = json.loads((tmp_path / "p.json").read_text())["model"]["t"]["cpu"]
+    for key in DIRECT:
+        stored = doc[key.split("/", 1)[1]]
+        assert len(stored) <= STREAM_COLUMN  # the trailing tied column is not written
+    assert doc["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] == 0
+    assert len(doc["conv2d/winograd-2x2-3x3"]) <= TIED_UNITS[("cpu", "winograd-2x2-3x3")].column
+    back = load(tmp_path / "p.json")
+    for key in (*DIRECT, WINO, GEMM):
+        assert len(back.t_[key]) == len(pred.t_[key])
+        # the file rounds units to 3 digits; a derived unit follows its rounded source
+        assert back.t_[key] == pytest.approx(pred.t_[key], rel=5e-3)
+    cpu_rows = [r for r in rows if r["role"] == "cpu"]
+    assert np.array(back.predict(cpu_rows)) == pytest.approx(pred.predict(cpu_rows), rel=1e-2)
+
+
+def test_a_file_that_still_stores_a_tied_unit_loads_with_the_derived_one(rows, tmp_path) -> None:
+    """Files written before session 18 hold the tied units; loading replaces them with the
+    derived value, so both kinds of file predict alike."""
+    pred = _fit(rows)
+    doc = pred.to_json()
+    cpu_t = doc["model"]["t"]["cpu"]
+    cpu_t["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] = 123.0  # a stale stored value
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    back = load(tmp_path / "old.json")
+    assert back.t_[K1S2][L1_SPILL_COLUMN] == back.t_[K1][L1_SPILL_COLUMN]
+
+
+def test_tie_order_puts_sources_first_and_rejects_a_cycle(rows, monkeypatch) -> None:
+    pred = _fit(rows)
+    order = pred._tie_order(pred.t_)
+    elt = order.index("cpu/elementwise/parallel-loops")
+    assert order.index(K1) < order.index(K1S2) and all(order.index(k) > elt for k in DIRECT)
+    from codl_tvm.predictor import codl
+
+    monkeypatch.setitem(codl.TIED_VARIANT_UNITS, ("cpu", "direct-nchwc", "k1"),
+                        codl.Tie(1, "conv2d/direct-nchwc/k1s2", stride1_l1_spill_us))
+    with pytest.raises(ValueError, match="cycle"):
+        pred._tie_order(pred.t_)

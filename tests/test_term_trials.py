@@ -91,3 +91,16 @@ def test_a_trial_is_scored_against_the_baseline(tmp_path, capsys):
     assert all(0 <= got["baseline"][k] <= 1 for k in ("split", "loso", "blind", "yolo"))
     assert "| (none) |" in capsys.readouterr().out
     assert blocking.TERMS[trials.KEY] is BASE
+
+
+def test_the_uncapped_panel_trial_replaces_the_capped_slot():
+    """Session 18: the 1x1 models count a panel up to an L1 (12288 floats); the trial counts
+    it whole. 13x13 715->457 at stride 2: 15 channel blocks x 7 rows, chunks of 7 tasks
+    (one block each), panels of 32 x 715 floats."""
+    s = OpSpec("conv2d", 13, 13, 715, 457, 1, 1, 2, 2)
+    with trials.installed(trials.TRIALS["panels uncapped"]):
+        got = blocking.TERMS[trials.KEY](s, M)
+    base = BASE(s, M)
+    assert base[trials.PANEL_SLOT] == 12288
+    assert got[trials.PANEL_SLOT] == 0.0 and got[-1] == 32 * 715
+    assert got[: trials.PANEL_SLOT] == base[: trials.PANEL_SLOT]

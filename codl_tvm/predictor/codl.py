@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import warnings
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -119,8 +120,7 @@ class CoDLPredictor(BasePredictor):
             stream = self._learn_stream_bytes(groups, subs, y)
         self.machine_ = dataclasses.replace(self.machine_, cpu_stream_bytes=int(stream))
         self.t_: dict[str, Any] = {}
-        # models with a tied unit after the models they take it from
-        for key in sorted(groups, key=lambda k: (self._tie(k) is not None, k)):
+        for key in self._tie_order(groups):  # a tied model after the models it takes units from
             idx = groups[key]
             role, _, algo = key.split("/")[:3]
             fam = self.family_[role]
@@ -155,25 +155,46 @@ class CoDLPredictor(BasePredictor):
         role, _, algo = key.split("/")[:3]
         fam = self.family_[role]
         a = np.array([terms(fam, s, self.machine_, algo) for s in subs])
-        tie = self._tie(key)
-        if tie is None:
+        tied = self._tied_units(key)
+        if not tied:
             return _fit(a, y, self.irls_iters)
-        unit = tie.unit(self.t_.get(f"{role}/{tie.source}"))
-        free = [j for j in range(a.shape[1]) if j != tie.column]
-        coef = robust_rel_fit(a[:, free], y, self.irls_iters, offset=a[:, tie.column] * unit)
+        free = [j for j in range(a.shape[1]) if j not in tied]
+        offset = sum(a[:, col] * unit for col, unit in tied.items())
+        coef = robust_rel_fit(a[:, free], y, self.irls_iters, offset=offset)
         out = [0.0] * a.shape[1]
         for j, c in zip(free, coef, strict=True):
             out[j] = float(c)
-        out[tie.column] = unit
+        for col, unit in tied.items():
+            out[col] = unit
         return out
 
-    def _tie(self, key: str) -> Tie | None:
-        """The tie of a model whose unit comes from another model (:data:`ties.TIED_UNITS`,
-        per filter-size variant :data:`ties.TIED_VARIANT_UNITS`)."""
+    def _ties(self, key: str) -> list[Tie]:
+        """The ties of a model whose units come from other models: its algorithm's
+        (:data:`ties.TIED_UNITS`) and its filter-size variant's
+        (:data:`ties.TIED_VARIANT_UNITS`)."""
         role, _, algo, *variant = key.split("/")
         fam = self.family_[role]
-        by_variant = TIED_VARIANT_UNITS.get((fam, algo, *variant)) if variant else None
-        return by_variant or TIED_UNITS.get((fam, algo))
+        found = (TIED_VARIANT_UNITS.get((fam, algo, *variant)) if variant else None,
+                 TIED_UNITS.get((fam, algo)))
+        return [tie for tie in found if tie is not None]
+
+    def _tied_units(self, key: str) -> dict[int, float]:
+        """Column -> unit of each tie of ``key``, from the models fitted (or loaded) so far."""
+        role = key.split("/")[0]
+        return {tie.column: tie.unit(self.t_.get(f"{role}/{tie.source}"))
+                for tie in self._ties(key)}  # fmt: skip
+
+    def _tie_order(self, keys: Iterable[str]) -> list[str]:
+        """``keys`` sorted, each model after the models among them it takes a unit from."""
+        left, done = sorted(keys), []
+        while left:
+            ready = [k for k in left if all(
+                f"{k.split('/')[0]}/{t.source}" not in left for t in self._ties(k))]
+            if not ready:
+                raise ValueError(f"tied units form a cycle among {left}")
+            done += ready
+            left = [k for k in left if k not in ready]
+        return done
 
     def _learn_stream_bytes(self, groups: dict[str, list[int]], subs: list[OpSpec],
                             y: np.ndarray) -> int:
@@ -291,7 +312,7 @@ class CoDLPredictor(BasePredictor):
         by_role: dict[str, dict[str, Any]] = defaultdict(dict)
         for key, units in self.t_.items():
             role, rest = key.split("/", 1)
-            by_role[role][rest] = _trim_zeros(units)
+            by_role[role][rest] = _trim_zeros(self._untied(key, units))
         return {
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
             **({} if same else {"family": self.family_}),
@@ -306,13 +327,36 @@ class CoDLPredictor(BasePredictor):
                                 cpu_stream_bytes=int(stream[0]) if stream else 0)
         flat = _flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
-        self.t_ = {_current_key(k, v, self.family_): v for k, v in flat.items()}
+        self.t_ = {}
+        loaded = {_current_key(k, v, self.family_): v for k, v in flat.items()}
+        for key in self._tie_order(loaded):  # tied units derived again, sources first
+            self.t_[key] = self._retied(key, loaded[key])
+        self.t_ = dict(sorted(self.t_.items()))
         floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
         floors = doc.get("floor", [])  # files before session 7: no floors
         if floors and len(floors) != len(floored):
             raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
+
+    def _untied(self, key: str, units: Any) -> Any:
+        """``units`` as a file stores them: 0 in each tied column (derived at load)."""
+        if not isinstance(units, list):
+            return units
+        cols = {tie.column for tie in self._ties(key)}
+        return [0.0 if j in cols else u for j, u in enumerate(units)]
+
+    def _retied(self, key: str, units: Any) -> Any:
+        """A loaded model's units with its tied columns derived from their source models."""
+        if not isinstance(units, list):
+            return units
+        tied = self._tied_units(key)
+        if not tied:
+            return units
+        out = list(units) + [0.0] * (max(tied) + 1 - len(units))
+        for col, unit in tied.items():
+            out[col] = unit
+        return out
 
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning

@@ -170,7 +170,8 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # (two, 10 workers) do the same work per worker, the second 1.25-1.35x slower. With
         # these the L1-spill term above fits ~80 GB/s, an L2 rate, instead of 34; the 1x1
         # model fits both to zero
-        0.0 if k1 else panels[0] * ocb * red,
+        # (a 1x1 model counts each panel up to an L1's worth: :func:`conv_panel_floats`)
+        panels[0] * conv_panel_floats(ocb * red, k1),
         0.0 if k1 else panels[1] * ocb * red / m.cores,
         # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
@@ -183,7 +184,33 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (session 15; the kn
         # model, whose convs all pad, fits it to 0)
         s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp),
+        # the bytes the call writes beyond the L2s, per core (a hinge, as the 1x1 GEMM's): calls
+        # run back to back, so the part of the padded copy, the packed result and the output
+        # past the L2s goes out to L3 and comes back in the next call. The unit is tied to the
+        # elementwise model's streamed-byte unit (``ties.TIED_UNITS``). The training file's 47
+        # direct-conv rows that write more than the L2s hold ran a median 1.07x the model
+        # without it (60% within +-10%), 1.01x with it (72%). The input, read and never
+        # written, stays out: counted in, held-out YOLO-V2 and POSENET lost 1.2 and 0.7 points
+        # and the strata's stride-1 1x1 rows 9 (session 18)
+        max(0, direct_written_bytes(s, hp * wp, ocp * ocb * s.out_h * owp) - _l2s_bytes(m))
+        / m.cores,
     ]
+
+
+def conv_panel_floats(panel_floats: int, k1: bool) -> float:
+    """Floats of one weight panel that a worker's first sweep fetches from the cores that
+    packed it (``cpu_conv``'s panel term). A 1x1 model counts at most an L1's worth: beyond
+    that the panel is loaded from L2 on every register tile anyway (the L1-spill term).
+    Session 18: with the cap, the 1x1 stride-2 rows of a shape left out of the fit score 75%
+    within +-10% (65% without the term, 72% uncapped); the stride-1 1x1 model fits it to 0.
+    A KxK model's panels count whole (capped, the held-out CNNs lost 1-2 points)."""
+    return min(panel_floats, CPU_L1_BYTES // 4) if k1 else panel_floats
+
+
+def direct_written_bytes(s: OpSpec, padded_plane: int, packed_out: int) -> int:
+    """Bytes a direct-conv call writes: the padded (or sampled) copy of ``padded_plane``
+    floats per input channel, the packed result (``packed_out`` floats) and the output."""
+    return (s.IC * padded_plane + packed_out + s.out_elems) * 4
 
 
 def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:

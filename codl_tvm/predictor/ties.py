@@ -4,6 +4,9 @@ A term whose regime the training file reaches in one CNN only, or not at all, ca
 learned: the fit sets its unit to 0 and the layers in that regime lose the term. Where the
 term is a pass of a kind another kernel's model already prices, its unit is taken from that
 model.
+
+A tied unit is not stored: a predictor file holds 0 in its column (trailing zeros are left
+out), and loading derives it again from the source model, as the fit did.
 """
 
 from __future__ import annotations
@@ -47,9 +50,12 @@ class Tie(NamedTuple):
 # The 1x1 GEMM's call beyond the L2s (``cpu_terms.gemm_pass_bytes``: its pack and unpack
 # passes, priced in cache by their own units) adds the streamed-byte unit alone; fitted, it
 # was 0 (session 14).
+# The direct conv's bytes written beyond the L2s (``cpu_terms.direct_written_bytes``, its last
+# term) likewise; every filter-size variant's model takes it (session 18).
 TIED_UNITS: dict[tuple[str, str], Tie] = {
     ("cpu", "winograd-2x2-3x3"): Tie(6, "elementwise/parallel-loops", streamed_byte_us),
     ("cpu", "gemm-1x1"): Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
+    ("cpu", "direct-nchwc"): Tie(13, "elementwise/parallel-loops", streamed_extra_byte_us),
 }
 
 # The direct conv's weight loads once a task's packed panel spills L1 (``cpu_terms.cpu_conv``'s
@@ -69,7 +75,7 @@ def stride1_l1_spill_us(k1: Any) -> float:
     return float(k1[L1_SPILL_COLUMN])
 
 
-# (family, algorithm, filter-size variant) -> its tie, before :data:`TIED_UNITS`
+# (family, algorithm, filter-size variant) -> its tie, beside its algorithm's :data:`TIED_UNITS`
 TIED_VARIANT_UNITS: dict[tuple[str, str, str], Tie] = {
     ("cpu", "direct-nchwc", "k1s2"): Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
                                          stride1_l1_spill_us),
