@@ -174,15 +174,17 @@ class CoDLPredictor(BasePredictor):
         (:data:`ties.TIED_VARIANT_UNITS`)."""
         role, _, algo, *variant = key.split("/")
         fam = self.family_[role]
-        found = (TIED_VARIANT_UNITS.get((fam, algo, *variant)) if variant else None,
-                 TIED_UNITS.get((fam, algo)))
-        return [tie for tie in found if tie is not None]
+        by_variant = TIED_VARIANT_UNITS.get((fam, algo, *variant), ()) if variant else ()
+        return [*by_variant, *TIED_UNITS.get((fam, algo), ())]
 
     def _tied_units(self, key: str) -> dict[int, float]:
-        """Column -> unit of each tie of ``key``, from the models fitted (or loaded) so far."""
+        """Column -> unit of each tie of ``key``, from the models fitted (or loaded) so far; a
+        tie whose source model is missing and has no default (unit None) is left out: its
+        column is fitted."""
         role = key.split("/")[0]
-        return {tie.column: tie.unit(self.t_.get(f"{role}/{tie.source}"))
-                for tie in self._ties(key)}  # fmt: skip
+        units = {tie.column: tie.unit(self.t_.get(f"{role}/{tie.source}"))
+                 for tie in self._ties(key)}  # fmt: skip
+        return {col: unit for col, unit in units.items() if unit is not None}
 
     def _tie_order(self, keys: Iterable[str]) -> list[str]:
         """``keys`` sorted, each model after the models among them it takes a unit from."""
@@ -343,7 +345,7 @@ class CoDLPredictor(BasePredictor):
         """``units`` as a file stores them: 0 in each tied column (derived at load)."""
         if not isinstance(units, list):
             return units
-        cols = {tie.column for tie in self._ties(key)}
+        cols = self._tied_units(key)
         return [0.0 if j in cols else u for j, u in enumerate(units)]
 
     def _retied(self, key: str, units: Any) -> Any:

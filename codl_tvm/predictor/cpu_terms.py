@@ -234,7 +234,8 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # (68.4 / 72.9% acc10 on the split, 82.6% ungated)
         waves * s.IC * nv,
         s.IC * pp * np_ / m.cores,  # input pack
-        ocp * mr * s.IC / m.cores,  # weight pack
+        # weight pack; its unit is the 1x1 stride-2 direct conv's (``ties.k1_weight_pack_us``)
+        ocp * mr * s.IC / m.cores,
         s.out_elems / m.cores,  # unpack
         # panels from other cores: the packs' parallel loops (o, k) and (po, k) leave each
         # panel's rows with the workers that wrote them; the busiest GEMM worker fetches

@@ -39,10 +39,28 @@ class Tie(NamedTuple):
 
     column: int
     source: str
-    unit: Callable[[Any], float]
+    unit: Callable[[Any], float | None]  # None: no such source, the column is fitted instead
 
 
-# (family, algorithm) -> its tie. The CPU Winograd weight transform's bytes beyond the L2s
+WEIGHT_PACK_COLUMN = 4  # the weight pack of ``cpu_conv`` and of ``cpu_gemm`` (after t0)
+
+
+def k1_weight_pack_us(k1s2: Any) -> float | None:
+    """The 1x1 stride-2 direct-conv model's weight-pack unit, for the 1x1 GEMM's pack.
+
+    Both kernels pack an OC x IC weight into OC-blocked panels on every call, one parallel
+    (block, input channel) loop gathering a float from each weight row (rows IC floats
+    apart). Fitted in-sample the two units agree within 7% (0.99 and 0.93 ns a float per core;
+    session 10 timed the GEMM's at ~1.2). But only YOLO-V2's 13x13 x1024 rows weigh the GEMM's
+    pack, so held out its fit set 2.35 ns and those rows ran 0.6-0.9x their predictions. The
+    stride-2 rows, small outputs of wide weights, set the unit on their own (session 18). None
+    without that model (a profile without ``--downsample``): the GEMM fits its own."""
+    if not isinstance(k1s2, list) or len(k1s2) <= WEIGHT_PACK_COLUMN:
+        return None
+    return float(k1s2[WEIGHT_PACK_COLUMN])
+
+
+# (family, algorithm) -> its ties. The CPU Winograd weight transform's bytes beyond the L2s
 # (``cpu_terms.winograd_streamed_bytes``) stream as an elementwise pass's do; the H100 file has
 # them only in YOLO-V2's 13x13 x1024 layers. Tied, those layers' held-out row splits go from
 # 0.43-0.81x to 0.95-1.07x of their times; fitted on the whole file, no prediction moves by
@@ -52,10 +70,12 @@ class Tie(NamedTuple):
 # was 0 (session 14).
 # The direct conv's bytes written beyond the L2s (``cpu_terms.direct_written_bytes``, its last
 # term) likewise; every filter-size variant's model takes it (session 18).
-TIED_UNITS: dict[tuple[str, str], Tie] = {
-    ("cpu", "winograd-2x2-3x3"): Tie(6, "elementwise/parallel-loops", streamed_byte_us),
-    ("cpu", "gemm-1x1"): Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
-    ("cpu", "direct-nchwc"): Tie(13, "elementwise/parallel-loops", streamed_extra_byte_us),
+# The 1x1 GEMM's weight pack takes the 1x1 stride-2 direct conv's (:func:`k1_weight_pack_us`).
+TIED_UNITS: dict[tuple[str, str], tuple[Tie, ...]] = {
+    ("cpu", "winograd-2x2-3x3"): (Tie(6, "elementwise/parallel-loops", streamed_byte_us),),
+    ("cpu", "gemm-1x1"): (Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
+                          Tie(4, "conv2d/direct-nchwc/k1s2", k1_weight_pack_us)),
+    ("cpu", "direct-nchwc"): (Tie(13, "elementwise/parallel-loops", streamed_extra_byte_us),),
 }
 
 # The direct conv's weight loads once a task's packed panel spills L1 (``cpu_terms.cpu_conv``'s
@@ -75,8 +95,8 @@ def stride1_l1_spill_us(k1: Any) -> float:
     return float(k1[L1_SPILL_COLUMN])
 
 
-# (family, algorithm, filter-size variant) -> its tie, beside its algorithm's :data:`TIED_UNITS`
-TIED_VARIANT_UNITS: dict[tuple[str, str, str], Tie] = {
-    ("cpu", "direct-nchwc", "k1s2"): Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
-                                         stride1_l1_spill_us),
+# (family, algorithm, filter-size variant) -> its ties, beside its algorithm's :data:`TIED_UNITS`
+TIED_VARIANT_UNITS: dict[tuple[str, str, str], tuple[Tie, ...]] = {
+    ("cpu", "direct-nchwc", "k1s2"): (Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
+                                          stride1_l1_spill_us),),
 }
