@@ -11,6 +11,8 @@ COMMANDS = {
                        prof.add_arguments, prof.run),
     "profile-bundle": Command("compile an offline profiling bundle to run elsewhere",
                               prof.add_bundle_arguments, prof.run_bundle_build),
+    "profile-join": Command("join bundles built for one pair, measured interleaved (new "
+                            "shapes beside control rows)", prof.add_join_arguments, prof.run_join),
     "train": Command("train a latency predictor from samples", pred.add_train_arguments,
                      pred.run_train),
     "report": Command("accuracy report of a predictor on samples", pred.add_report_arguments,

@@ -14,6 +14,10 @@ Libraries alternate between the roles (GPU, CPU, copy/transfer; each role's chea
 so a size cap cuts every role evenly; what it leaves out is counted per role in ``left_out_by``
 (``left_out`` is the total) and printed. The runner visits the entries round-robin over the
 libraries anyway (``rounds.py``).
+
+:func:`join_bundles` makes one bundle of several built for the same pair, so that their rows
+are measured interleaved in one run: new shapes beside control rows of a samples file, whose
+ratio to that file is then the speed of the lease at the very time the new shapes ran.
 """
 
 from __future__ import annotations
@@ -121,3 +125,67 @@ def _lib_doc(name: str, role: str | None, pair: DevicePair, entries: list) -> di
             "row": entry_row(entry, pair),
         })  # fmt: skip
     return {"file": name, "role": role, "devices": lib_devices(pair, role), "entries": docs}
+
+
+# manifest fields that bundles must share to be measured as one
+JOIN_FIELDS = ("version", "pair", "cuda_arch", "columns", "key_columns")
+
+
+def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path) -> dict[str, Any]:
+    """One bundle of the libraries of ``bundles`` (built for one pair); returns its manifest.
+
+    Library ``libN.so`` of the i-th bundle becomes ``b{i}_libN.so``, and the libraries of
+    the bundles alternate, so the runner's rounds interleave their rows. Bundles of another
+    pair, manifest version or schema, and a row key in two bundles, are a ``ValueError``. The
+    folder is written under a temporary name and renamed at the end.
+    """
+    if len(bundles) < 2:
+        raise ValueError("join needs at least two bundles")
+    mans = [_read_manifest(Path(b)) for b in bundles]
+    for field in JOIN_FIELDS:
+        if any(m[field] != mans[0][field] for m in mans[1:]):
+            raise ValueError(f"bundles differ in {field!r}: {[str(b) for b in bundles]} "
+                             "were not built for one pair and schema")  # fmt: skip
+    seen: dict[tuple, str] = {}
+    for b, m in zip(bundles, mans, strict=True):
+        for lib in m["libs"]:
+            for e in lib["entries"]:
+                key = tuple(str(e["row"][c]) for c in m["key_columns"])
+                if key in seen:
+                    raise ValueError(f"row {dict(zip(m['key_columns'], key, strict=True))} is "
+                                     f"in both {seen[key]} and {b}")  # fmt: skip
+                seen[key] = str(b)
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    renamed = []
+    for i, (b, m) in enumerate(zip(bundles, mans, strict=True)):
+        libs = []
+        for lib in m["libs"]:
+            name = f"b{i}_{lib['file']}"
+            shutil.copyfile(Path(b) / lib["file"], tmp / name)
+            libs.append(dict(lib, file=name))
+        renamed.append(libs)
+    left_by = {r: sum(m["left_out_by"].get(r, 0) for m in mans) for r in ("gpu", "cpu", "copy")}
+    manifest = {**{f: mans[0][f] for f in JOIN_FIELDS}, "libs": interleave(renamed),
+                "size_bytes": sum(m["size_bytes"] for m in mans),
+                "left_out": sum(left_by.values()), "left_out_by": left_by,
+                "joined": [str(b) for b in bundles]}  # fmt: skip
+    (tmp / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return manifest
+
+
+def _read_manifest(bundle: Path) -> dict[str, Any]:
+    try:
+        man = json.loads((bundle / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{bundle}: not a profiling bundle ({err})") from None
+    missing = [f for f in (*JOIN_FIELDS, "libs") if f not in man]
+    if missing:
+        raise ValueError(f"{bundle}: not a profiling bundle (manifest lacks {missing})")
+    man.setdefault("size_bytes", 0)
+    man.setdefault("left_out_by", {})
+    return man

@@ -1,4 +1,5 @@
-"""``codl-tvm profile`` (local / RPC / bundle run) and ``codl-tvm profile-bundle`` (build)."""
+"""``codl-tvm profile`` (local / RPC / bundle run), ``codl-tvm profile-bundle`` (build) and
+``codl-tvm profile-join`` (several bundles measured as one)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,26 @@ def run_bundle_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_join_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``codl-tvm profile-join`` (= ``python -m codl_tvm.profiler join``)."""
+    parser.add_argument("bundles", nargs="+", help="bundle folders built for one pair")
+    parser.add_argument("-o", "--output", required=True, help="the joined bundle's folder")
+
+
+def run_join(args: argparse.Namespace) -> int:
+    """One bundle of several, their rows interleaved when measured (new shapes + controls)."""
+    from codl_tvm.profiler.bundle import join_bundles
+
+    try:
+        man = join_bundles(args.bundles, args.output)
+    except ValueError as err:
+        raise SystemExit(f"join: {err}") from None
+    n = sum(len(lib["entries"]) for lib in man["libs"])
+    print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],
+                      "output": args.output}))  # fmt: skip
+    return 0
+
+
 def run_noise(args: argparse.Namespace) -> int:
     """Print how often repeated measurements of one sample agree within +-10%."""
     from codl_tvm.profiler.noise import format_noise, noise_rows
@@ -147,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     add_arguments(sub.add_parser("profile", help="measure kernels into a samples CSV"))
     add_bundle_arguments(sub.add_parser("bundle", help="compile an offline profiling bundle"))
+    add_join_arguments(sub.add_parser("join", help="one bundle of several built for one pair, "
+                                      "measured interleaved (e.g. new shapes and control rows)"))
     noise = sub.add_parser("noise", help="agreement of repeated measurements (+-10%)")
     noise.add_argument("samples")
     noise.add_argument("--json", action="store_true")
@@ -157,6 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     resum.add_argument("samples")
     resum.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    runs = {"profile": run, "bundle": run_bundle_build, "noise": run_noise,
+    runs = {"profile": run, "bundle": run_bundle_build, "join": run_join, "noise": run_noise,
             "resummarize": run_resummarize}
     return runs[args.cmd](args)
