@@ -222,16 +222,38 @@ def test_the_file_leaves_tied_units_out_and_loading_derives_them(rows, tmp_path)
     assert np.array(back.predict(cpu_rows)) == pytest.approx(pred.predict(cpu_rows), rel=1e-2)
 
 
-def test_a_file_that_still_stores_a_tied_unit_loads_with_the_derived_one(rows, tmp_path) -> None:
-    """Files written before session 18 hold the tied units; loading replaces them with the
-    derived value, so both kinds of file predict alike."""
-    pred = _fit(rows)
-    doc = pred.to_json()
-    cpu_t = doc["model"]["t"]["cpu"]
-    cpu_t["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] = 123.0  # a stale stored value
-    (tmp_path / "old.json").write_text(json.dumps(doc))
-    back = load(tmp_path / "old.json")
-    assert back.t_[K1S2][L1_SPILL_COLUMN] == back.t_[K1][L1_SPILL_COLUMN]
+def test_format_3_derives_a_tied_unit_whatever_the_file_holds(rows, tmp_path) -> None:
+    """A format-3 file's tied columns are derived at load: a stale value there is ignored."""
+    doc = _fit(rows).to_json()
+    assert doc["version"] == 3
+    doc["model"]["t"]["cpu"]["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] = 123.0
+    (tmp_path / "stale.json").write_text(json.dumps(doc))
+    back = load(tmp_path / "stale.json")
+    assert back.t_[K1S2][L1_SPILL_COLUMN] == back.t_[K1][L1_SPILL_COLUMN] < 1.0
+
+
+def test_a_format_2_file_keeps_the_units_it_stored(rows) -> None:
+    """Session 17's shipped file (format 2) stored its tied units and had no GEMM weight-pack
+    or written-bytes tie: it loads with exactly the units it holds, so it predicts as it did
+    (the terms of today aside)."""
+    path = Path(__file__).parent / "data" / "predictor-x86-cuda-format2.json"
+    stored = json.loads(path.read_text())["model"]["t"]["cpu"]
+    old = load(path)
+    for key in (K1, K1S2, KN, GEMM, WINO):
+        assert old.t_[key] == stored[key.split("/", 1)[1]]
+    assert old.t_[GEMM][WEIGHT_PACK_COLUMN] != old.t_[K1S2][WEIGHT_PACK_COLUMN]
+
+
+def test_a_format_2_file_saved_again_stays_format_2(tmp_path) -> None:
+    """Saving a loaded format-2 predictor (e.g. after ``codl-tvm calibrate``) keeps its
+    stored units and its format: format 3 would have them derived at the next load."""
+    path = Path(__file__).parent / "data" / "predictor-x86-cuda-format2.json"
+    old = load(path)
+    old.save(tmp_path / "again.json")
+    doc = json.loads((tmp_path / "again.json").read_text())
+    assert doc["version"] == 2
+    assert doc["model"] == json.loads(path.read_text())["model"]
+    assert load(tmp_path / "again.json").t_ == old.t_
 
 
 def test_tie_order_puts_sources_first_and_rejects_a_cycle(rows, monkeypatch) -> None:

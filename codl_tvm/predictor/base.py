@@ -17,8 +17,10 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
-FORMAT_VERSION = 2  # 2: roles of one trained range share one entry ("cpu,gpu")
-READS_VERSIONS = (1, 2)
+# 2: roles of one trained range share one entry ("cpu,gpu"); 3: a codl file leaves its tied
+# units out (0, derived at load from their source models, ``ties.py``)
+FORMAT_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
 _range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}
@@ -252,10 +254,17 @@ class BasePredictor(BaseEstimator, RegressorMixin):
                 )
 
     # ---- files --------------------------------------------------------------------------
+    def _format_version(self) -> int:
+        """The format this predictor is saved in: the current one, but a predictor loaded from
+        a file before format 3 (tied units stored) keeps storing them (format 2), so saving it
+        again, e.g. after ``calibrate``, changes none of its units."""
+        loaded = getattr(self, "_loaded_version", FORMAT_VERSION)
+        return FORMAT_VERSION if loaded >= FORMAT_VERSION else 2
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "version": FORMAT_VERSION,
+            "version": self._format_version(),
             "pair": self.pair_,
             "params": self.get_params(),
             "range": _compact_ranges(self.range_),
@@ -291,6 +300,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         obj.pair_, obj.range_ = doc["pair"], _expand_ranges(doc["range"])
         obj.sharing_ = SharingModel(doc["sharing"])
         obj._warned = set()
+        obj._loaded_version = doc["version"]
         if "trained_on" in doc:
             obj.trained_on_ = doc["trained_on"]
         if "speed" in doc:

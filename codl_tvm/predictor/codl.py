@@ -314,7 +314,9 @@ class CoDLPredictor(BasePredictor):
         by_role: dict[str, dict[str, Any]] = defaultdict(dict)
         for key, units in self.t_.items():
             role, rest = key.split("/", 1)
-            by_role[role][rest] = _trim_zeros(self._untied(key, units))
+            if self._format_version() >= TIES_DERIVED_FROM:
+                units = self._untied(key, units)
+            by_role[role][rest] = _trim_zeros(units)
         return {
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
             **({} if same else {"family": self.family_}),
@@ -331,8 +333,11 @@ class CoDLPredictor(BasePredictor):
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
         loaded = {_current_key(k, v, self.family_): v for k, v in flat.items()}
-        for key in self._tie_order(loaded):  # tied units derived again, sources first
-            self.t_[key] = self._retied(key, loaded[key])
+        # format 3 leaves tied units out: derived again, sources first; earlier files stored
+        # them and keep what they stored
+        derive = getattr(self, "_loaded_version", TIES_DERIVED_FROM) >= TIES_DERIVED_FROM
+        for key in self._tie_order(loaded):
+            self.t_[key] = self._retied(key, loaded[key]) if derive else loaded[key]
         self.t_ = dict(sorted(self.t_.items()))
         floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
         floors = doc.get("floor", [])  # files before session 7: no floors
@@ -360,6 +365,8 @@ class CoDLPredictor(BasePredictor):
             out[col] = unit
         return out
 
+
+TIES_DERIVED_FROM = 3  # the predictor file format that stops storing tied units
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning
 _MISSING_WHY = {
