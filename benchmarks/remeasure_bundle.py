@@ -149,7 +149,7 @@ def stratum(args: argparse.Namespace) -> int:
     counts = {name: getattr(args, name) for name in STRATA}
     if not any(counts.values()) or min(counts.values()) < 0:
         flags = ", ".join(f"--{name}" for name in STRATA)
-        raise SystemExit(f"stratum: give one of {flags} N (convs to draw, N > 0)")
+        raise SystemExit(f"stratum: give one of {flags} N (ops to draw, N > 0)")
     specs = strata_specs(counts, args.seed)
     new = compute_jobs(specs, SAMPLE_SHARES)
     jobs = new + control_jobs(read_samples(args.samples), n_cpu, n_gpu, args.seed)

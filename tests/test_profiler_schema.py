@@ -176,6 +176,24 @@ def test_downsample_stratum_draws_stride_two_1x1_convs():
     assert {kernel("cpu", s, Machine()).algorithm for s in specs} == {"direct-nchwc"}
 
 
+def test_pools_stratum_draws_padded_3x3_and_global_pools():
+    """Session 18: the training draw's pools never pad and are never global (ResNet's padded
+    3x3/2 max pool and its global average pool were regimes no sample had)."""
+    from codl_tvm.predictor.mirror import Machine, kernel
+
+    specs = space.stratum_specs("pools", 40, seed=18)
+    assert len(specs) == 40 and {s.kind for s in specs} == {"pool_max", "pool_avg"}
+    padded = [s for s in specs if s.pad == (1, 1, 1, 1)]
+    glob = [s for s in specs if (s.out_h, s.out_w) == (1, 1)]
+    assert len(padded) + len(glob) == 40 and len(padded) >= 15 and len(glob) >= 10
+    assert all(s.KH == 3 and s.SH in (1, 2) and 7 <= s.H <= 224 for s in padded)
+    assert all(s.KH == s.H and 4 <= s.H <= 32 and s.pad == (0, 0, 0, 0) for s in glob)
+    assert all(s.IC == s.OC and 16 <= s.IC <= 2048 for s in specs)
+    algos = {kernel("gpu", s, Machine()).algorithm for s in glob if s.kind == "pool_avg"}
+    assert "global-reduction" in algos
+    assert space.stratum_specs("pools", 40, seed=18) == specs
+
+
 def test_strata_specs_refuses_unknown_names_and_negative_counts():
     with pytest.raises(ValueError, match=r"unknown strata \['tail'\]: choose from \['deep'"):
         space.strata_specs({"tail": 2})

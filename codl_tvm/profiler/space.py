@@ -199,7 +199,22 @@ class Stratum:
     about: str
     kernel: int = 0
     stride: int = 0
+    pools: bool = False  # draw pools of :data:`POOL_WINDOWS` instead of convs (OC = IC)
 
+
+# CNN pools the CoDL draw never gives (its pools are 2x2 or 3x3 without padding): (weight,
+# kind, window, stride, pad), window 0 = the whole input (a global pool). ResNet, Inception
+# and MobileNet pad their 3x3 pools and end in a global average pool; ResNet-18's padded
+# 3x3/2 max pool ran 2.2x the CPU prediction and the GPU's global pools run a kernel of their
+# own (DLight Reduction) that no sample had (session 18, ``benchmarks/results/resnet-h100``)
+POOL_WINDOWS: tuple[tuple[float, str, int, int, int], ...] = (
+    (0.25, "pool_max", 3, 2, 1),
+    (0.10, "pool_avg", 3, 2, 1),
+    (0.10, "pool_max", 3, 1, 1),
+    (0.15, "pool_avg", 3, 1, 1),
+    (0.30, "pool_avg", 0, 1, 0),
+    (0.10, "pool_max", 0, 1, 0),
+)
 
 # name -> stratum; each is a ``--NAME N`` option of ``codl-tvm profile`` / ``profile-bundle``
 # and of ``benchmarks/remeasure_bundle.py stratum``
@@ -220,7 +235,23 @@ STRATA: dict[str, Stratum] = {
     "downsample": Stratum("random-downsample", (7, 224), (32, 2048), (64, 2048),
                           (1e6, BODY_FLOPS[1]), "stride-2 1x1 convs (ResNet shortcuts)",
                           kernel=1, stride=2),
+    # padded 3x3 pools over 7-224 pixels and global pools over 4-32, 16-2048 channels
+    "pools": Stratum("random-pool", (4, 224), (16, 2048), (16, 2048), (0.0, 1e9),
+                     "padded 3x3 and global pools (ResNet, Inception, MobileNet)", pools=True),
 }
+
+
+def _pool_spec(rng: np.random.Generator, st: Stratum) -> OpSpec:
+    """One pool of :data:`POOL_WINDOWS`: a global one over 4-32 pixels, else over ``st.hw``."""
+    weights = np.array([w for w, *_ in POOL_WINDOWS])
+    _, kind, k, stride, pad = POOL_WINDOWS[int(rng.choice(len(POOL_WINDOWS),
+                                                          p=weights / weights.sum()))]
+    c = _channels(rng, *st.ic)
+    if k == 0:
+        hw = _log_uniform(rng, max(st.hw[0], 4), min(st.hw[1], 32))
+        return OpSpec(kind, hw, hw, c, c, hw, hw, 1, 1)
+    hw = _log_uniform(rng, max(st.hw[0], 7), st.hw[1])
+    return OpSpec(kind, hw, hw, c, c, k, k, stride, stride, (pad,) * 4)
 
 
 def stratum_specs(name: str, n: int, seed: int = 0) -> list[OpSpec]:
@@ -233,6 +264,11 @@ def stratum_specs(name: str, n: int, seed: int = 0) -> list[OpSpec]:
     for _ in range(200 * n):
         if len(specs) >= n:
             break
+        if st.pools:
+            spec = _pool_spec(rng, st)
+            if st.flops[0] <= spec.flops <= st.flops[1]:
+                specs.append(spec)
+            continue
         hw = _log_uniform(rng, *st.hw)
         ic, oc = _channels(rng, *st.ic), _channels(rng, *st.oc)
         k = st.kernel or min(int(sizes[int(rng.choice(len(sizes), p=weights / weights.sum()))]),
