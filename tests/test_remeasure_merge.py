@@ -55,9 +55,10 @@ def test_control_jobs_draw_compute_rows_of_each_processor():
 
 
 @pytest.mark.parametrize("counts", [[], ["--body", "-2"]])
-def test_stratum_without_convs_to_draw_stops_before_building(tmp_path, counts):
+def test_stratum_without_ops_to_draw_stops_before_building(tmp_path, counts):
     out = tmp_path / "bundle"
-    with pytest.raises(SystemExit, match="give one of --deep, --body, --pointwise, --downsample N"):
+    with pytest.raises(SystemExit, match=r"give one of --deep, --body, --pointwise, --downsample, "
+                       r"--pools N \(ops to draw"):
         remeasure.main(["stratum", str(DATA_DIR / "samples-x86-cuda-h100.csv"), *counts,
                         "-o", str(out)])  # fmt: skip
     assert not out.exists()
