@@ -33,6 +33,7 @@ from codl_tvm.predictor.ties import (
     streamed_byte_us,
     streamed_extra_byte_us,
     stride1_l1_spill_us,
+    tie_order,
 )
 from codl_tvm.profiler import read_samples
 from codl_tvm.tiling import gemm_tiles
@@ -258,15 +259,15 @@ def test_a_format_2_file_saved_again_stays_format_2(tmp_path) -> None:
 
 def test_tie_order_puts_sources_first_and_rejects_a_cycle(rows, monkeypatch) -> None:
     pred = _fit(rows)
-    order = pred._tie_order(pred.t_)
+    order = tie_order(pred.t_, pred.family_)
     elt = order.index("cpu/elementwise/parallel-loops")
     assert order.index(K1) < order.index(K1S2) and all(order.index(k) > elt for k in DIRECT)
-    from codl_tvm.predictor import codl
+    from codl_tvm.predictor import ties
 
-    monkeypatch.setitem(codl.TIED_VARIANT_UNITS, ("cpu", "direct-nchwc", "k1"),
-                        (codl.Tie(1, "conv2d/direct-nchwc/k1s2", stride1_l1_spill_us),))
+    monkeypatch.setitem(ties.TIED_VARIANT_UNITS, ("cpu", "direct-nchwc", "k1"),
+                        (ties.Tie(1, "conv2d/direct-nchwc/k1s2", stride1_l1_spill_us),))
     with pytest.raises(ValueError, match="cycle"):
-        pred._tie_order(pred.t_)
+        tie_order(pred.t_, pred.family_)
 
 
 

@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from codl_tvm.predictor.blocking import (
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
-from codl_tvm.predictor.ties import TIED_UNITS, TIED_VARIANT_UNITS, Tie
+from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
 
 
 def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
@@ -120,7 +119,7 @@ class CoDLPredictor(BasePredictor):
             stream = self._learn_stream_bytes(groups, subs, y)
         self.machine_ = dataclasses.replace(self.machine_, cpu_stream_bytes=int(stream))
         self.t_: dict[str, Any] = {}
-        for key in self._tie_order(groups):  # a tied model after the models it takes units from
+        for key in tie_order(groups, self.family_):  # a tied model after its sources
             idx = groups[key]
             role, _, algo = key.split("/")[:3]
             fam = self.family_[role]
@@ -155,7 +154,7 @@ class CoDLPredictor(BasePredictor):
         role, _, algo = key.split("/")[:3]
         fam = self.family_[role]
         a = np.array([terms(fam, s, self.machine_, algo) for s in subs])
-        tied = self._tied_units(key)
+        tied = tied_units(key, self.family_, self.t_)
         if not tied:
             return _fit(a, y, self.irls_iters)
         free = [j for j in range(a.shape[1]) if j not in tied]
@@ -167,36 +166,6 @@ class CoDLPredictor(BasePredictor):
         for col, unit in tied.items():
             out[col] = unit
         return out
-
-    def _ties(self, key: str) -> list[Tie]:
-        """The ties of a model whose units come from other models: its algorithm's
-        (:data:`ties.TIED_UNITS`) and its filter-size variant's
-        (:data:`ties.TIED_VARIANT_UNITS`)."""
-        role, _, algo, *variant = key.split("/")
-        fam = self.family_[role]
-        by_variant = TIED_VARIANT_UNITS.get((fam, algo, *variant), ()) if variant else ()
-        return [*by_variant, *TIED_UNITS.get((fam, algo), ())]
-
-    def _tied_units(self, key: str) -> dict[int, float]:
-        """Column -> unit of each tie of ``key``, from the models fitted (or loaded) so far; a
-        tie whose source model is missing and has no default (unit None) is left out: its
-        column is fitted."""
-        role = key.split("/")[0]
-        units = {tie.column: tie.unit(self.t_.get(f"{role}/{tie.source}"))
-                 for tie in self._ties(key)}  # fmt: skip
-        return {col: unit for col, unit in units.items() if unit is not None}
-
-    def _tie_order(self, keys: Iterable[str]) -> list[str]:
-        """``keys`` sorted, each model after the models among them it takes a unit from."""
-        left, done = sorted(keys), []
-        while left:
-            ready = [k for k in left if all(
-                f"{k.split('/')[0]}/{t.source}" not in left for t in self._ties(k))]
-            if not ready:
-                raise ValueError(f"tied units form a cycle among {left}")
-            done += ready
-            left = [k for k in left if k not in ready]
-        return done
 
     def _learn_stream_bytes(self, groups: dict[str, list[int]], subs: list[OpSpec],
                             y: np.ndarray) -> int:
@@ -315,7 +284,7 @@ class CoDLPredictor(BasePredictor):
         for key, units in self.t_.items():
             role, rest = key.split("/", 1)
             if self._format_version() >= TIES_DERIVED_FROM:
-                units = self._untied(key, units)
+                units = untied(units, tied_units(key, self.family_, self.t_))
             by_role[role][rest] = _trim_zeros(units)
         return {
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
@@ -336,8 +305,9 @@ class CoDLPredictor(BasePredictor):
         # format 3 leaves tied units out: derived again, sources first; earlier files stored
         # them and keep what they stored
         derive = getattr(self, "_loaded_version", TIES_DERIVED_FROM) >= TIES_DERIVED_FROM
-        for key in self._tie_order(loaded):
-            self.t_[key] = self._retied(key, loaded[key]) if derive else loaded[key]
+        for key in tie_order(loaded, self.family_):
+            tied = tied_units(key, self.family_, self.t_) if derive else {}
+            self.t_[key] = retied(loaded[key], tied)
         self.t_ = dict(sorted(self.t_.items()))
         floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
         floors = doc.get("floor", [])  # files before session 7: no floors
@@ -345,28 +315,6 @@ class CoDLPredictor(BasePredictor):
             raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
-
-    def _untied(self, key: str, units: Any) -> Any:
-        """``units`` as a file stores them: 0 in each tied column (derived at load)."""
-        if not isinstance(units, list):
-            return units
-        cols = self._tied_units(key)
-        return [0.0 if j in cols else u for j, u in enumerate(units)]
-
-    def _retied(self, key: str, units: Any) -> Any:
-        """A loaded model's units with its tied columns derived from their source models."""
-        if not isinstance(units, list):
-            return units
-        tied = self._tied_units(key)
-        if not tied:
-            return units
-        out = list(units) + [0.0] * (max(tied) + 1 - len(units))
-        for col, unit in tied.items():
-            out[col] = unit
-        return out
-
-
-TIES_DERIVED_FROM = 3  # the predictor file format that stops storing tied units
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning
 _MISSING_WHY = {

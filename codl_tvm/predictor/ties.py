@@ -11,8 +11,10 @@ out), and loading derives it again from the source model, as the fit did.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
+
+TIES_DERIVED_FROM = 3  # the predictor file format that stops storing tied units
 
 
 def streamed_byte_us(eltwise: Any) -> float:
@@ -100,3 +102,54 @@ TIED_VARIANT_UNITS: dict[tuple[str, str, str], tuple[Tie, ...]] = {
     ("cpu", "direct-nchwc", "k1s2"): (Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
                                           stride1_l1_spill_us),),
 }
+
+
+def ties_of(key: str, family: Mapping[str, str]) -> list[Tie]:
+    """The ties of model ``key`` (``role/kind/algorithm[/variant]``): its filter-size variant's
+    (:data:`TIED_VARIANT_UNITS`) and its algorithm's (:data:`TIED_UNITS`)."""
+    role, _, algo, *variant = key.split("/")
+    fam = family[role]
+    by_variant = TIED_VARIANT_UNITS.get((fam, algo, *variant), ()) if variant else ()
+    return [*by_variant, *TIED_UNITS.get((fam, algo), ())]
+
+
+def tied_units(key: str, family: Mapping[str, str], models: Mapping[str, Any]
+               ) -> dict[int, float]:
+    """Column -> unit of each tie of ``key``, from ``models`` (those fitted or loaded so far).
+    A tie whose source is missing and has no default (unit None) is left out: its column is
+    fitted."""
+    role = key.split("/")[0]
+    units = {tie.column: tie.unit(models.get(f"{role}/{tie.source}"))
+             for tie in ties_of(key, family)}  # fmt: skip
+    return {col: unit for col, unit in units.items() if unit is not None}
+
+
+def tie_order(keys: Iterable[str], family: Mapping[str, str]) -> list[str]:
+    """``keys`` sorted, each model after the models among them it takes a unit from."""
+    left, done = sorted(keys), []
+    while left:
+        ready = [k for k in left if all(
+            f"{k.split('/')[0]}/{t.source}" not in left for t in ties_of(k, family))]
+        if not ready:
+            raise ValueError(f"tied units form a cycle among {left}")
+        done += ready
+        left = [k for k in left if k not in ready]
+    return done
+
+
+def untied(units: Any, tied: Mapping[int, float]) -> Any:
+    """``units`` as a format-3 file stores them: 0 in each tied column (a recorded-blocking
+    model, a dict, as it is)."""
+    if not isinstance(units, list):
+        return units
+    return [0.0 if j in tied else u for j, u in enumerate(units)]
+
+
+def retied(units: Any, tied: Mapping[int, float]) -> Any:
+    """Loaded ``units`` with the tied columns set (a trimmed list grows to reach them)."""
+    if not tied or not isinstance(units, list):
+        return units
+    out = list(units) + [0.0] * (max(tied) + 1 - len(units))
+    for col, unit in tied.items():
+        out[col] = unit
+    return out
