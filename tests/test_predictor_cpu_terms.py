@@ -27,7 +27,7 @@ from codl_tvm import tiling
 from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, cpu_terms, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
-from codl_tvm.predictor.mirror import Machine, conv_shape, eltwise_gathered_passes, kernel
+from codl_tvm.predictor.mirror import Machine, eltwise_gathered_passes, kernel
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
@@ -104,21 +104,6 @@ def test_depthwise_stride_two_steps_have_their_own_unit() -> None:
                 for st in (1, 2))  # fmt: skip
     assert one[0] > 0 and one[1] == 0
     assert two[0] == 0 and two[1] > 0
-
-
-@pytest.mark.parametrize(
-    ("ic", "k", "spills"),
-    [(16, 3, False), (32, 3, False), (64, 3, True), (512, 3, True), (256, 2, True)],
-)
-def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
-    s = op("conv2d", 28, 28, ic, 40, k)  # OC 40: the direct kernel, not GEMM / Winograd
-    assert kernel("cpu", s, M).algorithm == "direct-nchwc"
-    ocb, _ = tiling.direct_tiles(conv_shape(s), M)
-    panel_bytes = ocb * s.reduction * 4
-    assert (panel_bytes > blocking.CPU_L1_BYTES) == spills
-    t = blocking.cpu_conv(s, M)
-    waves = math.ceil(kernel("cpu", s, M).num_blocks / M.cores)
-    assert t[5] == (waves * s.reduction * (ocb // M.lanes) if spills else 0.0)
 
 
 def test_winograd_weight_transform_costs_more_within_the_l2s() -> None:
@@ -403,30 +388,3 @@ def test_direct_conv_unpack_and_panels_follow_the_static_chunks() -> None:
     wide = op("conv2d", 26, 26, 416, 640)  # 20 blocks x 26 rows x 2 tiles: chunks of 65
     assert conv_core_panels(20, 26 * 2, 16) == (2, 32)  # every chunk crosses one block's end
     assert blocking.cpu_conv(wide, M)[PANELS] == [2 * (48 << 10) / 4, 0.0]
-
-
-@pytest.mark.parametrize(("ic", "k", "counted"), [
-    (64, 1, 32 * 64),  # a 1x1 panel within L1: whole
-    (384, 1, 12288),  # exactly an L1 (48 KiB)
-    (1812, 1, 12288),  # beyond: an L1's worth
-    (1812, 3, 32 * 1812 * 9),  # a KxK panel: whole
-])
-def test_a_1x1_panel_counts_at_most_an_l1(ic: int, k: int, counted: int) -> None:
-    """Session 18: the panel a worker fetches from the cores that packed it, for 1x1 models
-    up to an L1's worth (beyond, the L1-spill term loads it from L2 on every tile)."""
-    assert cpu_terms.conv_panel_floats(32 * ic * k * k, k == 1) == counted
-
-
-def test_the_direct_conv_streams_the_bytes_it_writes_beyond_the_l2s() -> None:
-    """Session 18: the padded copy, the packed result and the output past the L2s (16 MiB
-    on the H100 machine's 16 vCPUs), per core; the input, only read, is not counted."""
-    small = op("conv2d", 56, 56, 64, 64, k=3)
-    assert kernel("cpu", small, M).algorithm == "direct-nchwc"
-    assert blocking.cpu_conv(small, M)[-1] == 0.0
-    big = op("conv2d", 192, 192, 104, 704, k=1, s=2)  # 96x96 out, 7 tiles of 14 a row
-    assert kernel("cpu", big, M).algorithm == "direct-nchwc"
-    sampled = 104 * 96 * 98  # the 1x1 stride-2 pass writes only the samples, whole tiles
-    packed, out = 704 * 96 * 98, 704 * 96 * 96
-    written = cpu_terms.direct_written_bytes(big, 96 * 98, packed)
-    assert written == (sampled + packed + out) * 4
-    assert blocking.cpu_conv(big, M)[-1] == pytest.approx((written - L2_TOTAL) / M.cores)

@@ -63,14 +63,14 @@ def k1_weight_pack_us(k1s2: Any) -> float | None:
 
 
 # (family, algorithm) -> its ties. The CPU Winograd weight transform's bytes beyond the L2s
-# (``cpu_terms.winograd_streamed_bytes``) stream as an elementwise pass's do; the H100 file has
+# (``cpu_passes.winograd_streamed_bytes``) stream as an elementwise pass's do; the H100 file has
 # them only in YOLO-V2's 13x13 x1024 layers. Tied, those layers' held-out row splits go from
 # 0.43-0.81x to 0.95-1.07x of their times; fitted on the whole file, no prediction moves by
 # more than 1% (session 13).
-# The 1x1 GEMM's call beyond the L2s (``cpu_terms.gemm_pass_bytes``: its pack and unpack
+# The 1x1 GEMM's call beyond the L2s (``cpu_passes.gemm_pass_bytes``: its pack and unpack
 # passes, priced in cache by their own units) adds the streamed-byte unit alone; fitted, it
 # was 0 (session 14).
-# The direct conv's bytes written beyond the L2s (``cpu_terms.direct_written_bytes``, its last
+# The direct conv's bytes written beyond the L2s (``cpu_passes.direct_written_bytes``, its last
 # term) likewise; every filter-size variant's model takes it (session 18).
 # The 1x1 GEMM's weight pack takes the 1x1 stride-2 direct conv's (:func:`k1_weight_pack_us`).
 TIED_UNITS: dict[tuple[str, str], tuple[Tie, ...]] = {

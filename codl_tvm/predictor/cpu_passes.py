@@ -1,0 +1,40 @@
+"""Bytes and floats of the CPU kernels' passes that ``cpu_terms`` prices per core: the weight
+panels a conv worker fetches, and what a call moves past the cores' caches (helpers split off
+``cpu_terms`` in session 18)."""
+
+from __future__ import annotations
+
+from codl_tvm.predictor.opspec import OpSpec
+
+# CPU caches (Intel Sapphire Rapids, Intel 64 and IA-32 Architectures Optimization Reference
+# Manual, Golden Cove: 48 KiB L1D and 2 MiB L2 per core, each core two hyperthreads).
+CPU_L1_BYTES = 48 << 10
+CPU_L2_BYTES_PER_CORE = 2 << 20
+
+
+def conv_panel_floats(panel_floats: int, k1: bool) -> float:
+    """Floats of one weight panel that a worker's first sweep fetches from the cores that
+    packed it (``cpu_conv``'s panel term). A 1x1 model counts at most an L1's worth: beyond
+    that the panel is loaded from L2 on every register tile anyway (the L1-spill term).
+    Session 18: with the cap, the 1x1 stride-2 rows of a shape left out of the fit score 75%
+    within +-10% (65% without the term, 72% uncapped); the stride-1 1x1 model fits it to 0.
+    A KxK model's panels count whole (capped, the held-out CNNs lost 1-2 points)."""
+    return min(panel_floats, CPU_L1_BYTES // 4) if k1 else panel_floats
+
+
+def direct_written_bytes(s: OpSpec, padded_plane: int, packed_out: int) -> int:
+    """Bytes a direct-conv call writes: the padded (or sampled) copy of ``padded_plane``
+    floats per input channel, the packed result (``packed_out`` floats) and the output."""
+    return (s.IC * padded_plane + packed_out + s.out_elems) * 4
+
+
+def gemm_pass_bytes(s: OpSpec, packed_pixels: int) -> int:
+    """Bytes a 1x1 GEMM call moves besides its weight: the input, the packed input
+    (``packed_pixels`` per channel, whole tiles), the packed result and the output."""
+    return (s.IC * s.H * s.W + s.IC * packed_pixels + 2 * s.out_elems) * 4
+
+
+def winograd_streamed_bytes(u_bytes: int, l2s_bytes: int) -> float:
+    """Bytes the Winograd weight transform streams past the L2s: U's part beyond them, and
+    the 3x3 weights it is made from (9 floats for 16 of U)."""
+    return max(0, u_bytes - l2s_bytes) * (1 + 9 / 16)
