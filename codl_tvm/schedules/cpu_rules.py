@@ -6,6 +6,7 @@ import math
 
 from tvm import te, tirx
 from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
 
 from codl_tvm import tiling
 
@@ -69,13 +70,19 @@ def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> 
 
 
 def schedule_pool(sch: Schedule, info: OpInfo, t: TargetInfo, rule: str) -> Blocking:
-    """Parallel over (batch, channel, row); pad inlined; epilogue computed per row."""
-    for name in info.prologue:
-        sch.compute_inline(sch.get_sblock(name))
+    """Parallel over (batch, channel, row); epilogue computed per row. The pad is inlined into
+    the window loop, except where :func:`tiling.pool_copies_rows` says a task copies the padded
+    rows its window reads first (computed at the task loop: a few rows, in L1)."""
     main = sch.get_sblock(info.main_block)
     loops = sch.get_loops(main)
     task = sch.fuse(*loops[:3])
     sch.parallel(task)
+    for name in reversed(info.prologue):
+        pad = sch.get_sblock(name)
+        if _copies_rows(sch, pad, main):
+            sch.compute_at(pad, task)
+        else:
+            sch.compute_inline(pad)
     for name in info.epilogue[:1]:
         sch.reverse_compute_at(sch.get_sblock(name), task)
     for name in info.epilogue[1:]:
@@ -87,6 +94,18 @@ def schedule_pool(sch: Schedule, info: OpInfo, t: TargetInfo, rule: str) -> Bloc
         num_blocks=n * ch * oh, cores=t.cores, vector_lanes=t.lanes,
         grid={"parallel": n * ch * oh}, rule=rule,
     )
+
+
+def _copies_rows(sch: Schedule, pad: SBlockRV, main: SBlockRV) -> bool:
+    """:func:`tiling.pool_copies_rows` of the pool whose pad block is ``pad``: a max pool (its
+    window reduces with ``max``) whose padded buffer has more rows than its input."""
+    block = sch.get(pad)
+    rows_in = int(block.reads[0].source.shape[2])
+    rows_pad = int(block.writes[0].source.shape[2])
+    is_max = isinstance(sch.get(main).body.value, tirx.Max)
+    # the pad block does not say how its extra rows split between top and bottom; either
+    # side pads rows
+    return tiling.pool_copies_rows(is_max, rows_pad - rows_in, 0)
 
 
 def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:

@@ -138,3 +138,18 @@ def matmul_blocks_per_task(blocks: int, row_tiles: int, weight_bytes: int, cores
         want = min(cores, blocks * row_tiles)
         sizes = [d for d in sizes if blocks // d * row_tiles >= want] or [1]
     return max(sizes)
+
+
+# ---- CPU pool (mirror of cpu_rules.schedule_pool) -------------------------------------------
+def pool_copies_rows(is_max: bool, pad_top: int, pad_bottom: int) -> bool:
+    """Whether the CPU pool's tasks copy their padded input rows first (the pad computed at the
+    task loop) instead of inlining the pad's bounds checks into the window loop.
+
+    Inlined, a max pool that pads rows compiles to scalar window loops on Sapphire Rapids
+    (3x3/2 at every width tried from 7 to 113); with its rows copied, the window vectorizes
+    as an unpadded pool's does. On the H100 host's CPU such pools ran a median 0.80x their
+    inlined time (160 sub-ops; ResNet-18's 112x112 stem pool 0.60x), the slower ones all
+    under 6.5 us. Pools that pad only columns, and average pools, were vectorized (by
+    gathers) already and ran up to 1.34x slower with copied rows, so they keep the inlined
+    pad (session 19, ``benchmarks/results/padpool-h100``)."""
+    return is_max and (pad_top > 0 or pad_bottom > 0)
