@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     for model, acc in out["held_out"].items():
         print(f"| held-out {model} | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
     for name, acc in out["extra"].items():
-        print(f"| {name} (not in training) | {acc['cpu']:.1%} | {acc['gpu']:.1%} |")
+        cells = [f"{acc[role]:.1%}" if role in acc else "-" for role in ("cpu", "gpu")]
+        print(f"| {name} (not in training) | " + " | ".join(cells) + " |")
     _print_ceilings(out["ceiling"])
     if args.by:
         _print_by(args.by, split_hits, held_hits, args.seeds)

@@ -60,3 +60,30 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
     t = blocking.cpu_conv(s, M)
     waves = math.ceil(kernel("cpu", s, M).num_blocks / M.cores)
     assert t[5] == (waves * s.reduction * (ocb // M.lanes) if spills else 0.0)
+
+
+def test_a_core_fetches_again_the_rows_beyond_its_l2() -> None:
+    """Session 19: a core's tasks sweep its input rows once per channel block; the rows refit
+    its L2 on later sweeps up to 2 MB, the rest comes again (a hinge)."""
+    l2_floats = blocking.CPU_L2_BYTES_PER_CORE // 4
+    assert cpu_passes.conv_refetch_floats(3 * l2_floats, 29, 29) == 0.0  # one sweep
+    assert cpu_passes.conv_refetch_floats(l2_floats / 2, 29, 87) == 0.0  # fits: hits
+    # three sweeps of rows twice the L2: two more fetches of the half that does not stay
+    assert cpu_passes.conv_refetch_floats(2 * l2_floats, 29, 87) == 2 * l2_floats
+
+
+def test_the_1x1_stride2_fetch_counts_sweeps_past_the_l2() -> None:
+    """Regression (session 19): 57x57 1812->992 at stride 2 (31 channel blocks, 29 rows of
+    3 column tiles) has each core sweep all 29 input rows, 8.8 MB of sampled input, for
+    each of the ~4 channel blocks its tasks span; the probe's rows ran 0.77-0.86x the model
+    without the sweeps past the L2."""
+    from codl_tvm.predictor.cpu_chunks import conv_core_row_pairs, conv_core_rows
+
+    s = op("conv2d", 57, 57, 1812, 992, s=2)
+    tasks = 31 * 29 * 3
+    assert conv_core_rows(s, M, 3, tasks) == 29
+    pairs = conv_core_row_pairs(M, 3, tasks)
+    assert pairs == 114  # the busiest core's 338 tasks: about four sweeps of the 29 rows
+    once = 29 * 1812 * 42  # rows x channels x the sampled row (3 tiles of 14)
+    again = (pairs - 29) / 29 * (once - blocking.CPU_L2_BYTES_PER_CORE / 4)
+    assert blocking.cpu_conv(s, M)[1] == pytest.approx(once + again)

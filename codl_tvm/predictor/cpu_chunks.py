@@ -17,23 +17,30 @@ from codl_tvm.predictor.opspec import OpSpec
 CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
 
 
-def conv_core_rows(s: OpSpec, m: Machine, tasks_per_row: int, tasks: int) -> int:
-    """Most output rows of the direct conv's tasks that one physical core runs.
+def conv_core_row_pairs(m: Machine, tasks_per_row: int, tasks: int) -> int:
+    """Most (channel block, output row) pairs of the direct conv's tasks that one physical
+    core runs.
 
     TVM's parallel loop is chunked statically: worker ``i`` of the pool's ``m.cores``
     runs tasks ``[i*c, (i+1)*c)``, ``c = ceil(tasks / cores)`` (the generated code computes
     its range from ``num_task``; ``waves`` is ``c``). Workers ``2k, 2k+1`` are taken as the
     two hyperthreads of one core (``CPU_SMT``; the guest shows no SMT topology, but the 1x1
     samples fit pairs, 77%, and reject single workers, 65%), sharing its L2: a core runs the
-    contiguous ``CPU_SMT * c`` tasks of (channel block, row, column tile) order, and its rows
-    count once per row index, as a later channel block re-reads them from that L2."""
+    contiguous ``CPU_SMT * c`` tasks of (channel block, row, column tile) order."""
     per_core = _cdiv(tasks, m.cores) * CPU_SMT
     most = 0
     for a in range(0, tasks, per_core):
         b = tasks if a + per_core > tasks else a + per_core
         n = (b - 1) // tasks_per_row - a // tasks_per_row + 1
         most = n if n > most else most
-    return most if most < s.out_h else s.out_h
+    return most
+
+
+def conv_core_rows(s: OpSpec, m: Machine, tasks_per_row: int, tasks: int) -> int:
+    """Most output rows of the direct conv's tasks that one physical core runs: its
+    :func:`conv_core_row_pairs`, a row counted once per row index, as a later channel block
+    re-reads it from that core's L2."""
+    return min(conv_core_row_pairs(m, tasks_per_row, tasks), s.out_h)
 
 
 def conv_unpack_remote_tiles(ocp: int, out_h: int, nx: int, cores: int) -> int:

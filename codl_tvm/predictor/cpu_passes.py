@@ -22,6 +22,21 @@ def conv_panel_floats(panel_floats: int, k1: bool) -> float:
     return min(panel_floats, CPU_L1_BYTES // 4) if k1 else panel_floats
 
 
+def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int) -> float:
+    """Input floats one core fetches again because its rows outgrow its L2 (``cpu_conv``).
+
+    A core's tasks sweep its input rows (``fetch_floats`` over ``rows`` output rows) once per
+    channel block, ``pairs`` (block, row) pairs in all. Where the rows fit its L2 the later
+    sweeps hit; beyond it, each later sweep fetches again the part the L2 could not keep (a
+    hinge, as the L2's adaptive replacement keeps about its size of a cyclic sweep).
+    Session 19's probe of 1x1 stride-2 convs (57x57, 256-2560 -> 256-992 channels, never
+    trained on) ran 0.72-0.92x the model without it where the rows exceed 2 MB and several
+    blocks share a core, and 46% within +-10% against 83% with it."""
+    if pairs <= rows:
+        return 0.0
+    return (pairs - rows) / rows * max(0.0, fetch_floats - CPU_L2_BYTES_PER_CORE / 4)
+
+
 def direct_written_bytes(s: OpSpec, padded_plane: int, packed_out: int) -> int:
     """Bytes a direct-conv call writes: the padded (or sampled) copy of ``padded_plane``
     floats per input channel, the packed result (``packed_out`` floats) and the output."""

@@ -14,7 +14,7 @@ from codl_tvm import tiling
 from codl_tvm.predictor.cpu_chunks import (
     CPU_SMT,
     conv_core_panels,
-    conv_core_rows,
+    conv_core_row_pairs,
     conv_unpack_remote_tiles,
     gemm_remote_panel_floats,
 )
@@ -22,6 +22,7 @@ from codl_tvm.predictor.cpu_passes import (
     CPU_L1_BYTES,
     CPU_L2_BYTES_PER_CORE,
     conv_panel_floats,
+    conv_refetch_floats,
     direct_written_bytes,
     gemm_pass_bytes,
     winograd_streamed_bytes,
@@ -119,7 +120,8 @@ def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
     per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
-    spills (:func:`conv_spills`); the input rows one core fetches (:func:`conv_core_rows`);
+    spills (:func:`conv_spills`); the input rows one core fetches (:func:`conv_core_rows`),
+    again for each channel block where they outgrow its L2 (:func:`conv_refetch_floats`);
     the weight panels one worker streams in (:func:`conv_core_panels`); plus pad,
     weight-pack and unpack passes, and the packed tiles the unpack reads from other workers
     (:func:`conv_unpack_remote_tiles`), and the pad pass's gathered copy where LLVM vectorizes
@@ -137,9 +139,12 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     # input rows one core's L2 fetches (from L3 / the cores that ran the pad pass): every
     # rc step of the hot loop broadcasts from the next padded input plane (H*wp*4 B on: a
     # new page, beyond the stride prefetcher), so each input row a core's tasks touch comes
-    # in once (its other channel blocks and column tiles reuse it from the L2)
-    rows = conv_core_rows(s, m, nx, ocp * s.out_h * nx)
+    # in once (its other channel blocks and column tiles reuse it from the L2), and the part
+    # of them beyond the L2 again for every later channel block (session 19)
+    pairs = conv_core_row_pairs(m, nx, ocp * s.out_h * nx)
+    rows = pairs if pairs < s.out_h else s.out_h
     fetch = min(hp, _rows_read(s, rows)) * s.IC * wp
+    fetch += conv_refetch_floats(fetch, rows, pairs)
     k1 = s.KH * s.KW == 1
     panels = conv_core_panels(ocp, s.out_h * nx, m.cores)
     return [
