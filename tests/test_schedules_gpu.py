@@ -33,6 +33,10 @@ CASES = {
                                        padding=(1, 0, 0, 1)), "gpu-pool2d"),
     "global-avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(9, 9)),
                         "gpu-global-pool2d"),
+    # regression (session 19): DLight's Reduction takes sums only, and a global max pool fell
+    # to Fallback's one thread per channel; now one block per channel reduces across threads
+    "global-max-pool": (lambda: T.pool2d_func((1, 8, 24, 24), "max", pool_size=(24, 24)),
+                        "gpu-global-pool2d"),
     "instance-norm-mean": (lambda: T.op_func([("x", (1, 6, 40, 30))], lambda bb, x: rop.mean(
         x, axis=[2, 3], keepdims=True)), "gpu-global-pool2d"),
     "gemv": (lambda: T.matmul_func(1, 64, 37), "gpu-gemv"),
@@ -57,3 +61,13 @@ def test_gpu_compiles_with_blocking(kind, case):
         source = lib.mod.imports[0].inspect_source()
         bounds = [int(b) for b in re.findall(r"__launch_bounds__\((\d+)\)", source)]
         assert blocking.threads_per_block in bounds
+
+
+@pytest.mark.parametrize(("kind", "hw", "threads"), [("max", 7, 64), ("max", 24, 256)])
+def test_a_global_max_pool_reduces_across_threads(kind, hw, threads):
+    """Session 19: one block per channel, the window over a power of two of threads (at most
+    256); the same ``global-reduction`` label as DLight's Reduction of a global average."""
+    func = T.schedule(T.pool2d_func((1, 264, hw, hw), kind, pool_size=(hw, hw)), TARGETS["cuda"])
+    blocking = blocking_of(func)
+    assert blocking.algorithm == "global-reduction"
+    assert launch_extents(func) == {"blockIdx.x": 264, "threadIdx.x": threads}

@@ -13,7 +13,7 @@ import math
 
 import tvm
 from tvm import tirx
-from tvm.s_tir import SBlockRealize
+from tvm.s_tir import SBlockRealize, Schedule
 from tvm.s_tir import dlight as dl
 
 from .analysis import OpInfo
@@ -47,6 +47,30 @@ def apply_dlight(
         if launch_extents(out):
             return out, name
     return None
+
+
+GLOBAL_REDUCE_THREADS = 256  # the most threads of a cross-thread reduction's block
+
+
+def cross_thread_reduce(func: tirx.PrimFunc, info: OpInfo) -> tirx.PrimFunc | None:
+    """One block per output of a 1x1-output pool, its window split over up to
+    :data:`GLOBAL_REDUCE_THREADS` threads that reduce across themselves (TVM's allreduce).
+
+    DLight's ``Reduction`` schedules sums only (average pools, instance norm's mean); a global
+    max pool fell to ``Fallback``, one thread per channel looping over the whole window. None
+    where the pool has a prologue or an epilogue (the caller falls back)."""
+    if info.prologue or info.epilogue or info.main_block is None:
+        return None
+    sch = Schedule(func)
+    loops = sch.get_loops(sch.get_sblock(info.main_block))
+    if len(loops) != 6:
+        return None
+    spatial, window = sch.fuse(*loops[:4]), sch.fuse(*loops[4:])
+    threads = min(GLOBAL_REDUCE_THREADS, 1 << max(5, (info.reduce_size - 1).bit_length()))
+    _, inner = sch.split(window, [None, threads])
+    sch.bind(spatial, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+    return sch.mod["main"]
 
 
 def _children(stmt: object) -> list[object]:
