@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from codl_tvm import tiling
-from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, cpu_terms, make
+from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, cpu_stream_terms, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.mirror import Machine, eltwise_gathered_passes, kernel
@@ -230,7 +230,7 @@ def test_gemv_stlb_visit_costs_its_walk_or_its_lines() -> None:
     t = blocking.cpu_dense(op("dense", 1, 1, 4096, 4096), M)
     assert t[-1] == t[0]  # aligned rows: 16 lines a visit, longer than the walk
     t = blocking.cpu_dense(op("dense", 1, 1, 4096, 2867), M)
-    assert t[-1] == t[4] * 4096 * cpu_terms.STLB_WALK_LINES  # 2 + 15/16 lines: the walk
+    assert t[-1] == t[4] * 4096 * cpu_stream_terms.STLB_WALK_LINES  # 2 + 15/16 lines: the walk
 
 
 def test_eltwise_reads_from_dram_only_past_the_last_level_cache() -> None:

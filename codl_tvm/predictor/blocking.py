@@ -31,23 +31,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from codl_tvm.predictor.cpu_terms import (  # noqa: F401 - constants: this module's API
+from codl_tvm.predictor.cpu_chunks import CPU_SMT  # noqa: F401 - this module's API
+from codl_tvm.predictor.cpu_passes import (  # noqa: F401 - constants: this module's API
     CPU_L1_BYTES,
     CPU_L2_BYTES_PER_CORE,
+)
+from codl_tvm.predictor.cpu_stream_terms import (  # noqa: F401 - constants: this module's API
     CPU_L3_BYTES,
     CPU_PAGE_BYTES,
-    CPU_SMT,
     CPU_STLB_ENTRIES,
     LLVM_MAX_VF,
     LLVM_MIN_TRIP,
     _streamed,
-    conv_spills,
-    cpu_conv,
     cpu_dense,
-    cpu_depthwise,
     cpu_eltwise,
-    cpu_gemm,
     cpu_pool,
+)
+from codl_tvm.predictor.cpu_terms import (
+    conv_spills,  # noqa: F401 - this module's API
+    cpu_conv,
+    cpu_depthwise,
+    cpu_gemm,
     cpu_winograd,
 )
 from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this module's API

@@ -19,7 +19,7 @@ TIES_DERIVED_FROM = 3  # the predictor file format that stops storing tied units
 
 def streamed_byte_us(eltwise: Any) -> float:
     """Time per byte per core of a parallel pass past the caches, from the fitted elementwise
-    model (``cpu_terms.cpu_eltwise``; ``[t0, per element, gathered, streamed byte, DRAM
+    model (``cpu_stream_terms.cpu_eltwise``; ``[t0, per element, gathered, streamed byte, DRAM
     byte]``): its per-element unit over the 8 bytes an element's pass counts, plus its
     streamed-byte unit. 0 without such a model (a quick profile) or with a recorded one."""
     if not isinstance(eltwise, list) or len(eltwise) < 4:
