@@ -28,13 +28,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from codl_tvm import tiling  # noqa: E402
+from codl_tvm.profiler import read_samples  # noqa: E402
 from codl_tvm.profiler.schema import KEY_COLUMNS  # noqa: E402
 
 
 def copies_rows(row: dict[str, str]) -> bool:
     """Whether codl-tvm's CPU pool kernel for this sample row copies its padded rows."""
-    return tiling.pool_copies_rows(row["op"] == "pool_max", int(row["sub_pad_top"]),
-                                   int(row["sub_pad_bottom"]))  # fmt: skip
+    pads = int(row["sub_pad_top"]) + int(row["sub_pad_bottom"])
+    return tiling.pool_copies_rows(row["op"] == "pool_max", pads)
 
 
 def _key(row: dict[str, str]) -> tuple[str, ...]:
@@ -72,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         out.append(row if copies_rows(row) else old)
     if len(pairs) < len(inlined):
         sys.exit(f"{args.copied}: {len(inlined) - len(pairs)} rows of {args.inlined} missing")
-    with args.output.open("w", newline="") as f:
+    tmp = args.output.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(copied[0]))
         w.writeheader()
         w.writerows(out)
+    read_samples(tmp)  # the result must load before it replaces anything
+    tmp.replace(args.output)
     table = _speed(pairs)
     print("| op | stride | pads | n | copied / inlined, median | max | > 1.05x |")
     print("|---|---|---|---:|---:|---:|---:|")

@@ -103,9 +103,7 @@ def _copies_rows(sch: Schedule, pad: SBlockRV, main: SBlockRV) -> bool:
     rows_in = int(block.reads[0].source.shape[2])
     rows_pad = int(block.writes[0].source.shape[2])
     is_max = isinstance(sch.get(main).body.value, tirx.Max)
-    # the pad block does not say how its extra rows split between top and bottom; either
-    # side pads rows
-    return tiling.pool_copies_rows(is_max, rows_pad - rows_in, 0)
+    return tiling.pool_copies_rows(is_max, rows_pad - rows_in)
 
 
 def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:

@@ -141,9 +141,10 @@ def matmul_blocks_per_task(blocks: int, row_tiles: int, weight_bytes: int, cores
 
 
 # ---- CPU pool (mirror of cpu_rules.schedule_pool) -------------------------------------------
-def pool_copies_rows(is_max: bool, pad_top: int, pad_bottom: int) -> bool:
+def pool_copies_rows(is_max: bool, padded_rows: int) -> bool:
     """Whether the CPU pool's tasks copy their padded input rows first (the pad computed at the
-    task loop) instead of inlining the pad's bounds checks into the window loop.
+    task loop) instead of inlining the pad's bounds checks into the window loop;
+    ``padded_rows``: the rows the pad adds, top and bottom together.
 
     Inlined, a max pool that pads rows compiles to scalar window loops on Sapphire Rapids
     (3x3/2 at every width tried from 7 to 113); with its rows copied, the window vectorizes
@@ -152,4 +153,4 @@ def pool_copies_rows(is_max: bool, pad_top: int, pad_bottom: int) -> bool:
     under 6.5 us. Pools that pad only columns, and average pools, were vectorized (by
     gathers) already and ran up to 1.34x slower with copied rows, so they keep the inlined
     pad (session 19, ``benchmarks/results/padpool-h100``)."""
-    return is_max and (pad_top > 0 or pad_bottom > 0)
+    return is_max and padded_rows > 0
