@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 import warnings
 from collections import Counter, defaultdict
 from typing import Any
@@ -258,7 +259,8 @@ class CoDLPredictor(BasePredictor):
             t = t["t"]
         else:
             x = terms(self.family_[role], sub, self.machine_, key.split("/")[2])
-        return max(sum(c * v for c, v in zip(t, x, strict=False)), self.floor_us_.get(key, 1e-3))
+        # units x terms (a file trims trailing zero units: map stops at the shorter list)
+        return max(sum(map(operator.mul, t, x)), self.floor_us_.get(key, 1e-3))
 
     def _warn_fallback(self, key: str, other: str) -> None:
         # samples of kernels the mirror does not know (other schedules): by design, no warning

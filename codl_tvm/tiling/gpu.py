@@ -226,7 +226,8 @@ def gpu_winograd_enabled() -> bool:
 
 def gpu_winograd_wins(c: Conv, min_ic: int = GPU_WINOGRAD_MIN_IC) -> bool:
     """Shape and switch part of ``gpu_winograd.wins`` (the dtype is the caller's check)."""
-    return gpu_winograd_enabled() and winograd_applies(c) and c.ic >= min_ic
+    # the switch (an environment read) last: the predictor asks this of every GPU conv
+    return winograd_applies(c) and c.ic >= min_ic and gpu_winograd_enabled()
 
 
 def gpu_winograd_gemm(c: Conv) -> tuple[ShapeClass, int, int]:
