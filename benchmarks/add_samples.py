@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from codl_tvm.profiler import read_samples  # noqa: E402
+from codl_tvm.profiler.noise import same_kernel  # noqa: E402
 from codl_tvm.profiler.schema import row_key  # noqa: E402
 
 MIN_CONTROLS = 20  # per processor: a median over fewer rows moves by several percent
@@ -41,11 +42,12 @@ def lease_speed(samples: Path, new: Path) -> dict[str, dict[str, float]]:
 
 def lease_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, dict[str, float]]:
     """:func:`lease_speed` of rows already read (``new_rows``' controls against ``old_rows``)."""
-    old = {row_key(r): r["latency_us"] for r in old_rows}
+    old = {row_key(r): r for r in old_rows}
     ratios: dict[str, list[float]] = {}
     for r in new_rows:
-        if r["model"] == "control" and row_key(r) in old:
-            ratios.setdefault(r["role"], []).append(r["latency_us"] / old[row_key(r)])
+        o = old.get(row_key(r))
+        if r["model"] == "control" and o is not None and same_kernel(r, o):
+            ratios.setdefault(r["role"], []).append(r["latency_us"] / o["latency_us"])
     out = {}
     for role, v in ratios.items():
         q25, med, q75 = np.percentile(v, [25, 50, 75])

@@ -55,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # add_samples
 
 from codl_tvm.predictor.opspec import OpSpec  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
-from codl_tvm.profiler.noise import lease_ratios  # noqa: E402
+from codl_tvm.profiler.noise import lease_ratios, same_kernel  # noqa: E402
+from codl_tvm.profiler.schema import row_key  # noqa: E402
 from codl_tvm.profiler.space import STRATA, Job  # noqa: E402
 
 
@@ -110,12 +111,26 @@ def bundle_jobs(args: argparse.Namespace) -> tuple[list[dict], list[Job]]:
     if not rows:
         raise SystemExit(f"{', '.join(args.samples)}: no {args.role} rows of algorithms "
                          f"{sorted(algos or ['any'])} where {' and '.join(args.where) or '-'}")
+    rows = unique_rows(rows)
     jobs = [row_job(r) for r in rows]
     n_cpu, n_gpu = control_counts(args.controls)
     if n_cpu or n_gpu:
         others = [r for r in read_samples(args.samples[0]) if not keep(r)]
         jobs += control_jobs(others, n_cpu, n_gpu, args.seed)
     return rows, jobs
+
+
+def unique_rows(rows: list[dict]) -> list[dict]:
+    """The first row of each sample key: files that share rows (a CNN run's control rows are
+    rows of the samples file) measure each sub-op once, and ``join`` takes no key twice."""
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for r in rows:
+        key = row_key(r)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
 
 
 def bundle(args: argparse.Namespace) -> int:
@@ -177,6 +192,9 @@ def merge(args: argparse.Namespace) -> int:
         old = list(reader)
     with open(args.new, newline="") as f:
         added = list(csv.DictReader(f))
+    if args.onto_lease and not args.rescale_against:
+        raise SystemExit("merge: --onto-lease needs --rescale-against REF (the lease both "
+                         "runs' controls are measured against)")
     if args.rescale_against:
         added = _rescaled(added, typed, args)
     models = {row_key(r): r["model"] for r in old}
@@ -200,18 +218,44 @@ def merge(args: argparse.Namespace) -> int:
 
 def _rescaled(added: list[dict], typed: list[dict], args: argparse.Namespace) -> list[dict]:
     """``added`` (the new file's rows as text; ``typed``: as ``read_samples`` reads them) on
-    ``args.rescale_against``'s scale, the true controls dropped."""
+    ``args.rescale_against``'s scale, the true controls dropped; with ``--onto-lease``, on the
+    lease of ``args.samples`` instead (a raw run with control rows of its own)."""
     from add_samples import check_controls, lease_speed_rows, scaled
 
     changed = where_filter(args.where)
-    controls = [t for t in typed if t["model"] == "control" and not changed(t)]
-    speed = lease_speed_rows(read_samples(args.rescale_against), controls)
-    keep = [r for r, t in zip(added, typed, strict=True)
-            if r["model"] != "control" or changed(t)]  # fmt: skip
-    check_controls(speed, {r["role"] for r in keep}, args.new)
+    measured = typed + (read_samples(args.controls_from) if args.controls_from else [])
+    ref = read_samples(args.rescale_against)
+    if args.controls_where:
+        controls = _same_kernel_rows(measured, ref, where_filter(args.controls_where))
+        known = {row_key(t) for t in controls}  # controls, whatever their model: no new rows
+        keep = [r for r, t in zip(added, typed, strict=True) if row_key(t) not in known]
+    else:
+        controls = [t for t in measured if t["model"] == "control" and not changed(t)]
+        keep = [r for r, t in zip(added, typed, strict=True)
+                if r["model"] != "control" or changed(t)]  # fmt: skip
+    speed = lease_speed_rows(ref, controls)
+    roles = {r["role"] for r in keep}
+    check_controls(speed, roles, args.controls_from or args.new)
     print("lease speed " + ", ".join(f"{k} {v['median']:.3f} (n {v['n']})"
                                      for k, v in sorted(speed.items())))
-    return [scaled(r, speed[r["role"]]["median"]) for r in keep]
+    factor = {k: v["median"] for k, v in speed.items()}
+    if args.onto_lease:
+        own = [t for t in read_samples(args.samples) if t["model"] == "control"]
+        theirs = lease_speed_rows(ref, own)
+        check_controls(theirs, roles, args.samples)
+        factor = {k: v / theirs[k]["median"] for k, v in factor.items() if k in theirs}
+        print(f"onto {args.samples}'s lease: " + ", ".join(
+            f"{k} {theirs[k]['median']:.3f}" for k in sorted(factor)))
+    return [scaled(r, factor[r["role"]]) for r in keep]
+
+
+def _same_kernel_rows(measured: list[dict], ref: list[dict], keep: Callable[[dict], bool]
+                      ) -> list[dict]:
+    """The measured rows ``keep`` picks that ``ref`` measured with the same kernel, as controls:
+    each one's ratio to its ``ref`` row is the lease's speed on that class of sub-ops."""
+    by_key = {row_key(r): r for r in ref}
+    return [dict(t, model="control") for t in measured
+            if keep(t) and row_key(t) in by_key and same_kernel(t, by_key[row_key(t)])]
 
 
 # a run's lease factor per group of rows needs this many rows in the group, else the run's
@@ -267,7 +311,10 @@ def pool(args: argparse.Namespace) -> int:
     for path, f in zip(args.runs[1:], factors[1:], strict=True):
         if args.rescale:
             print(f"{path}: lease factor " + ", ".join(f"{g} {v:.3f}" for g, v in f.items()))
-    keys = [k for k in runs[0] if all(k in run for run in runs[1:])]
+    # a row whose kernel changed between the runs (another ``algorithm``) is left out: its
+    # visits measured two kernels
+    keys = [k for k in runs[0]
+            if all(k in run and same_kernel(runs[0][k], run[k]) for run in runs[1:])]
     rows = []
     for key in keys:
         parts = [run[key] for run in runs]
@@ -323,6 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("new")
     m.add_argument("--rescale-against", metavar="REF",
                    help="the new rows come from another lease: scale them by their controls")
+    m.add_argument("--controls-from", metavar="RUN",
+                   help="control rows measured in the same call by another bundle's run")
+    m.add_argument("--controls-where", action="append", default=[], metavar="COL=VALUE",
+                   help="controls: the rows of the runs matching these that REF measured with "
+                   "the same kernel (default: the rows of model control)")
+    m.add_argument("--onto-lease", action="store_true",
+                   help="SAMPLES is a raw run with control rows: put the new rows on its lease")
     m.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
                    help="the re-measured rows' filter (as given to bundle): matching controls "
                    "are re-measured rows, not controls")

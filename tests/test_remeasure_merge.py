@@ -229,3 +229,88 @@ def test_a_malformed_controls_count_is_one_clear_error(text):
     with pytest.raises(SystemExit, match="expected CPU,GPU row counts"):
         remeasure.control_counts(text)
     assert remeasure.control_counts("160,0") == (160, 0)
+
+
+def test_merge_takes_the_controls_of_another_run_of_the_call(tmp_path, capsys):
+    """Session 20: two kernels of the same sub-ops cannot share a bundle (one key each), so the
+    GEMM's run has no controls; the direct conv's run of the same call has them."""
+    old, new, k1s2, columns = _rescale_case(tmp_path, 1.25)
+    with open(new, newline="") as f:
+        run = list(csv.DictReader(f))
+    gemm, direct = tmp_path / "gemm.csv", tmp_path / "direct.csv"
+    _write(gemm, run[30:], columns)
+    _write(direct, run[:30], columns)
+    out = tmp_path / "merged.csv"
+    assert remeasure.main(["merge", str(old), str(gemm), "--controls-from", str(direct),
+                           "--rescale-against", str(old), *K1S2, "-o", str(out)]) == 0
+    assert "lease speed cpu 1.250 (n 30)" in capsys.readouterr().out
+    assert [r["latency_us"] for r in read_samples(out)[30:]] == pytest.approx([50.0, 50.0, 70.0])
+
+
+def test_merge_onto_a_raw_runs_lease(tmp_path, capsys):
+    """A raw run with control rows of its own (a held-out CNN's, ``heldout_cnn_report``) takes
+    re-measured rows on its lease: 1.6x slower than the file, so rows measured 1.25x slower
+    come in at 1.6 / 1.25 their times."""
+    old, new, k1s2, columns = _rescale_case(tmp_path, 1.25)
+    with open(old, newline="") as f:
+        ref = list(csv.DictReader(f))
+    raw = [dict(r, model="control") for r in _slower(ref[:30], 1.6)] + ref[30:]
+    target = tmp_path / "raw.csv"
+    _write(target, raw, columns)
+    out = tmp_path / "merged.csv"
+    assert remeasure.main(["merge", str(target), str(new), "--rescale-against", str(old),
+                           "--onto-lease", *K1S2, "-o", str(out)]) == 0
+    assert "onto" in capsys.readouterr().out
+    merged = read_samples(out)
+    assert [r["latency_us"] for r in merged[30:]] == pytest.approx([80.0, 80.0, 112.0])
+    with pytest.raises(SystemExit, match="--onto-lease needs --rescale-against"):
+        remeasure.main(["merge", str(target), str(new), "--onto-lease", "-o", str(out)])
+
+
+def test_bundle_measures_a_row_that_several_files_share_once(tmp_path):
+    """Session 20: a CNN run's control rows are rows of the samples file; picked from both,
+    the same sub-op made two jobs of one key, which ``join`` refuses."""
+    src = DATA_DIR / "samples-x86-cuda-h100.csv"
+    args = argparse.Namespace(samples=[str(src), str(src)], role="cpu", algorithms=None,
+                              where=K1S2[1::2], controls="0,0", seed=0)  # fmt: skip
+    rows, jobs = remeasure.bundle_jobs(args)
+    assert len({row_key(r) for r in rows}) == len(rows) == len(jobs)
+    assert len(rows) == sum(1 for r in read_samples(src) if r["role"] == "cpu"
+                            and remeasure.where_filter(K1S2[1::2])(r))
+
+
+def test_merge_controls_where_takes_rows_of_the_same_kernel_whatever_their_model(tmp_path,
+                                                                               capsys):
+    """Session 20: the new GEMM rows' lease speed came from the file's GEMM rows measured in
+    the same run (the direct conv's rows of the same sub-ops ran 8% differently on another
+    lease). Rows the file measured with the same kernel are controls and replace nothing;
+    the rows whose kernel changed take their places."""
+    old, new, k1s2, columns = _rescale_case(tmp_path, 1.25)
+    with open(new, newline="") as f:
+        run = list(csv.DictReader(f))
+    own = [dict(r, model="random") for r in run[:30]]  # no model=control among them
+    changed = [dict(r, algorithm="gemm-1x1", model="random-downsample") for r in run[30:]]
+    _write(new, own + changed, columns)
+    out = tmp_path / "merged.csv"
+    assert remeasure.main(["merge", str(old), str(new), "--controls-where", "role=cpu",
+                           "--rescale-against", str(old), *K1S2, "-o", str(out)]) == 0
+    assert "lease speed cpu 1.250 (n 30)" in capsys.readouterr().out
+    merged = read_samples(out)
+    assert len(merged) == 33
+    assert [r["algorithm"] for r in merged[30:]] == ["gemm-1x1"] * 3
+    plain = read_samples(old)[:30]
+    assert [r["latency_us"] for r in merged[:30]] == [r["latency_us"] for r in plain]
+
+
+def test_pool_and_lease_factors_leave_out_rows_whose_kernel_changed(tmp_path):
+    """Session 20: a sample key does not name the kernel; after a dispatch change the file's
+    row and another lease's row of one key measured two kernels, and pooling their visits
+    (or taking their ratio for the lease's speed) mixed them."""
+    rows, columns = _cpu_rows(30)
+    run = _slower(rows, 1.25)
+    run[0] = dict(run[0], algorithm="gemm-1x1", latency_us="1.000")
+    first = {row_key(r): r for r in rows}
+    factors = remeasure.lease_factors(first, {row_key(r): r for r in run}, None)
+    assert factors["*"] == pytest.approx(1.25, rel=1e-3)
+    pooled = _pool(tmp_path, [rows, run], columns, "--rescale")
+    assert len(pooled) == 29 and row_key(rows[0]) not in {row_key(r) for r in pooled}

@@ -164,7 +164,8 @@ def run_bundle(
         raise SystemExit(
             f"{bundle}: manifest version {man.get('version')} is not one of {READS_VERSIONS}"
         )
-    if man.get("cuda_arch"):
+    # a bundle of CPU kernels alone runs on a machine without CUDA (the dev CPU)
+    if man.get("cuda_arch") and any(lib["role"] == "gpu" for lib in man["libs"]):
         setup_cuda(man["cuda_arch"])
         if warm_jobs > 1:
             warm_cuda(bundle, man, warm_jobs)

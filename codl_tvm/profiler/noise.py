@@ -124,17 +124,26 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def same_kernel(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two rows of one sample key measured the same kernel (a file without the
+    ``algorithm`` column: assumed so). The key leaves the kernel out, and a dispatch change
+    (session 20: every stride-1 1x1 conv to the 1x1 GEMM) gives a key another kernel."""
+    return a.get("algorithm", b.get("algorithm")) == b.get("algorithm", a.get("algorithm"))
+
+
 def lease_ratios(rows: Sequence[dict[str, Any]], other: dict[tuple, dict[str, Any]],
                  group: str | None = None) -> dict[str, list[float]]:
     """Per value of the column ``group`` (key ``"*"``: every row), the ratios of ``other``'s
-    latency over ``rows``' for the rows both measured (``other`` keyed by ``row_key``): how
-    much slower another lease ran the same samples. Latencies may be CSV strings."""
+    latency over ``rows``' for the rows both measured with the same kernel (``other`` keyed by
+    ``row_key``): how much slower another lease ran the same samples. A row whose kernel
+    changed between the two (its ``algorithm``) is another measurement, no lease ratio.
+    Latencies may be CSV strings."""
     from codl_tvm.profiler.schema import row_key
 
     ratios: dict[str, list[float]] = {"*": []}
     for r in rows:
         o = other.get(row_key(r))
-        if o is None:
+        if o is None or not same_kernel(r, o):
             continue
         ratio = float(o["latency_us"]) / float(r["latency_us"])
         ratios["*"].append(ratio)
