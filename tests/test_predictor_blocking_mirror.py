@@ -79,8 +79,8 @@ def _cases() -> list[OpSpec]:
         subs += _parts(op, [("H", _one_row(op)), ("OC", 0.37)])
     hand = [  # awkward shapes: odd rows/columns, OC not a multiple of any tile, strides, 1x1
         OpSpec("conv2d", 13, 13, 512, 125, 1, 1),  # gemm-1x1 (OC 125)
-        OpSpec("conv2d", 26, 26, 256, 256, 1, 1),  # direct: its tile fits
-        OpSpec("conv2d", 32, 32, 128, 128, 1, 1),  # gemm: 42 columns for 32
+        OpSpec("conv2d", 26, 26, 256, 256, 1, 1),  # gemm: every stride-1 1x1 (session 20)
+        OpSpec("conv2d", 32, 32, 128, 128, 1, 1),  # gemm
         OpSpec("conv2d", 15, 15, 64, 96, 1, 1, 2, 2),  # 1x1 stride 2: direct
         OpSpec("conv2d", 13, 13, 1024, 1024, 3, 3, pad=(1, 1, 1, 1)),  # winograd / split-K
         OpSpec("conv2d", 26, 26, 64, 64, 3, 3, pad=(1, 1, 1, 1)),  # too few channels: direct

@@ -10,8 +10,9 @@ Per call: the weight is packed to panels ``[OC/mr, IC, mr]`` (OC*IC copies, ~1/(
 GEMM's work) and the input to ``[P/np, IC, np]`` (with the conv's zero padding and the pixel
 tail materialised, so the hot loop has no predicate; at stride > 1 it samples the pixels the
 window reads); the accumulator ``mr x nv`` SIMD vectors stays in registers over the whole IC
-loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it stride-1 convs only
-(``tiling.gemm_wins``): at stride > 1 it was measured against the direct conv in session 17.
+loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it every stride-1 1x1
+conv (``tiling.gemm_wins``, session 20); at stride > 1 it was measured against the direct conv
+in session 17 and left to it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tvm import te, tirx
 from tvm.s_tir import Schedule
 
 from codl_tvm import tiling
-from codl_tvm.tiling import DIRECT_WASTE, MAX_VECS  # noqa: F401 - the tile rules live there
+from codl_tvm.tiling import MAX_VECS  # noqa: F401 - the tile rules live there
 
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
@@ -36,15 +37,17 @@ def applies(c: Conv2DInfo) -> bool:
 
 
 def wins(info: OpInfo, t: TargetInfo) -> bool:
-    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4, 2026-11-22).
+    """Dispatch predicate: every 1x1 conv at stride 1 (``tiling.gemm_wins``).
 
-    GEMM where the direct NCHWc kernel's register tile fits the shape badly: OC not a
-    multiple of its channel block (21, 125), >= 10% of its ``x_tile`` columns wasted
-    (OW 32 -> 42), or a row narrower than one column tile (OW 13: the direct task is one
-    short row, the GEMM's pixel tile spans rows). Measured there: GEMM 1.1-2.6x faster (8
-    workload shapes, 1- and 3-row parts; one 1x32 part of 0.2 MFLOP at parity). Elsewhere
-    (OW 26/52/104, OC a multiple of 32) the two were 0.73-1.35x over repeated runs, with
-    512->256 at 26x26 and its row parts losing (0.73-0.93x), so direct stays there.
+    Measured against the direct NCHWc kernel on the same sub-ops (session 20,
+    ``benchmarks/k1s1_report.py``): the 274 stride-1 1x1 sub-ops the direct conv ran in the
+    H100 samples, strata and ResNet-50, on the H100 host's 16-core Sapphire Rapids in one
+    device call, took 0.65x the direct conv's time (geometric mean; >10% faster on 239, >10%
+    slower on 8, the worst 1.23x); the samples' 139 on the 2-core Sapphire Rapids dev VM,
+    0.60x (faster on 121, slower on 1). Until then the GEMM took only the shapes the direct
+    tile fits badly (OC not a multiple of 32, >= 10% of its columns wasted, a row narrower
+    than one column tile), from 2-core znver4 measurements (2026-11-22) where elsewhere the two
+    were 0.73-1.35x; both kernels changed since. At stride > 1 the direct conv keeps them.
     """
     c = info.conv
     return info.dtype == "float32" and c is not None and tiling.gemm_wins(c, t)

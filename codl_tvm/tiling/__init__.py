@@ -16,7 +16,6 @@ from .common import (
     Simd,
 )
 from .cpu import (
-    DIRECT_WASTE,
     M_TILE,
     MAX_VECS,
     MM_MAX_BLOCKS_PER_TASK,
@@ -85,7 +84,6 @@ __all__ = [
     "ConvShape",
     "direct_tiles",
     "direct_tasks",
-    "DIRECT_WASTE",
     "MAX_VECS",
     "gemm_applies",
     "gemm_wins",

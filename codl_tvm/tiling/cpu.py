@@ -22,7 +22,6 @@ def direct_tasks(c: Conv, t: Simd) -> int:
 
 
 # ---- CPU 1x1 GEMM ---------------------------------------------------------------------
-DIRECT_WASTE = 1.10  # direct kernel's computed / useful columns above which the GEMM wins
 MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
 
 
@@ -38,15 +37,13 @@ def gemm_applies(c: Conv) -> bool:
 
 
 def gemm_wins(c: Conv, t: Simd) -> bool:
-    """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it)."""
+    """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it): every 1x1
+    conv at stride 1; at stride > 1 it won and lost by shape (KERNELS.md, session 17), so the
+    direct conv keeps those."""
     if not gemm_applies(c):
         return False
-    # at stride > 1 it won and lost by shape (KERNELS.md, session 17): the direct conv keeps them
-    if tuple(c.stride) == (1, 1):
-        ocb, xt = direct_tiles(c, t)
-        col_waste = math.ceil(c.ow / xt) * xt / c.ow
-        if c.oc % ocb != 0 or col_waste >= DIRECT_WASTE or c.ow <= xt:
-            return True
+    if c.stride[0] == 1 and c.stride[1] == 1:
+        return True
     return os.environ.get(GEMM_ENV) == "always"  # read last: the predictor calls this per op
 
 
