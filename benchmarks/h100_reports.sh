@@ -21,7 +21,7 @@ python benchmarks/predictor_seeds.py $S "${EXTRA[@]}" --json $R/predictor-h100-s
 python benchmarks/predictor_seeds.py $S --seeds 10 --by algorithm | tail -n 20
 python benchmarks/strata_report.py $P "${STRATA[@]}" \
     --planes probe=$R/probe-h100/probe.csv \
-    --planes pointwise=$R/pointwise-h100/pointwise-samples.csv \
+    --planes pointwise=$R/pointwise-h100/pointwise-direct-k1.csv \
     --planes file=$S --json $R/strata-h100.json > /dev/null
 for m in YOLO-V2 VGG-16 POSENET; do
     python benchmarks/predictor_report.py $S --test-models $m --json $R/predictor-h100-$m.json \
@@ -31,6 +31,8 @@ python benchmarks/predictor_report.py $R/samples-devcpu.csv --json $R/predictor-
     > /dev/null
 python benchmarks/lease_report.py $S $R/cpu40-h100/cpu40-new.csv \
     --json $R/cpu40-h100/lease-report.json > /dev/null
+python benchmarks/remeasure_bundle.py pool $S $R/cpu40-h100/cpu40-new.csv --rescale \
+    -o $R/cpu40-h100/cpu40-pooled.csv
 python benchmarks/remeasure_bundle.py merge $S $R/cpu40-h100/cpu40-pooled.csv -o /tmp/merged.csv
 python benchmarks/predictor_seeds.py /tmp/merged.csv --json $R/cpu40-h100/seeds-if-pooled.json \
     | head -n 8

@@ -54,6 +54,15 @@ def rows() -> list[dict]:
     return read_samples(DATA_DIR / "samples-x86-cuda-h100.csv")
 
 
+@pytest.fixture(scope="module")
+def k1_rows(rows) -> list[dict]:
+    """The shipped rows and stride-1 1x1 rows of the direct conv. Since session 20 the GEMM
+    runs every stride-1 1x1 conv and the shipped file has none of the direct conv's; the run
+    that compared the two kernels (``k1s1-h100/k1s1direct.csv``) measured 139 of them."""
+    run = read_samples(STRATA / "k1s1-h100" / "k1s1direct.csv")
+    return rows + [r for r in run if r["model"] != "control"]
+
+
 def _fit(rows: list[dict]):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -161,24 +170,24 @@ def test_held_out_yolo_v2_winograd_rows_beyond_the_l2s(rows) -> None:
 K1, K1S2 = "cpu/conv2d/direct-nchwc/k1", "cpu/conv2d/direct-nchwc/k1s2"
 
 
-def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(rows) -> None:
+def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(k1_rows) -> None:
     """Session 17: the sampled copy gives both the stride-1 hot loop; fitted alone, the
     stride-2 unit came out 5x the stride-1 one."""
     (tie,) = TIED_VARIANT_UNITS[("cpu", "direct-nchwc", "k1s2")]
     assert tie.unit is stride1_l1_spill_us and tie.column == L1_SPILL_COLUMN
-    pred = _fit(rows)
+    pred = _fit(k1_rows)
     assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN] > 0.0
-    shipped = load(DATA_DIR / "predictor-x86-cuda.json")
-    assert shipped.t_[K1S2][L1_SPILL_COLUMN] == shipped.t_[K1][L1_SPILL_COLUMN] > 0.0
 
 
 def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
-    k1 = [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"
-          and r["KH"] * r["KW"] == 1 and r["SH"] == 1]  # fmt: skip
-    left = {id(r) for r in k1}
-    pred = _fit([r for r in rows if id(r) not in left])
-    assert K1 not in pred.t_
-    assert pred.t_[K1S2][L1_SPILL_COLUMN] == 0.0 and all(np.isfinite(pred.t_[K1S2]))
+    """Session 20: the shipped file has no stride-1 direct 1x1 rows (the GEMM runs them), so
+    the tie has no source and the column is 0 (fitted freely instead, the unit came out ~0:
+    the split and the held-out CNNs moved by less than 0.2 points)."""
+    assert not [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"
+                and r["KH"] * r["KW"] == 1 and r["SH"] == 1]  # fmt: skip
+    for pred in (_fit(rows), load(DATA_DIR / "predictor-x86-cuda.json")):
+        assert K1 not in pred.t_
+        assert pred.t_[K1S2][L1_SPILL_COLUMN] == 0.0 and all(np.isfinite(pred.t_[K1S2]))
     assert stride1_l1_spill_us(None) == stride1_l1_spill_us({"t": [1.0], "b": [1, 1, 1]}) == 0.0
 
 
@@ -187,13 +196,13 @@ DIRECT = (K1, K1S2, KN)
 STREAM_COLUMN = TIED_UNITS[("cpu", "direct-nchwc")][0].column
 
 
-def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(rows) -> None:
+def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(k1_rows) -> None:
     """Session 18: the direct conv's bytes written beyond the L2s take the elementwise
     model's streamed-byte unit in every filter-size variant; the 1x1 stride-2 model keeps its
     L1-spill tie beside it (a model may take several units)."""
     (tie,) = TIED_UNITS[("cpu", "direct-nchwc")]
     assert tie.unit is streamed_extra_byte_us
-    pred = _fit(rows)
+    pred = _fit(k1_rows)
     eltwise = pred.t_[f"cpu/{tie.source}"]
     for key in DIRECT:
         assert len(pred.t_[key]) == len(blocking.terms("cpu", conv3x3(8, 8, 8), M,
@@ -202,10 +211,10 @@ def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(row
     assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN]
 
 
-def test_the_file_leaves_tied_units_out_and_loading_derives_them(rows, tmp_path) -> None:
+def test_the_file_leaves_tied_units_out_and_loading_derives_them(k1_rows, tmp_path) -> None:
     """A tied unit is a function of another model's units: the file holds 0 in its column
     (a trailing one is trimmed) and loading derives it again, sources first."""
-    pred = _fit(rows)
+    pred = _fit(k1_rows)
     pred.save(tmp_path / "p.json")
     doc = json.loads((tmp_path / "p.json").read_text())["model"]["t"]["cpu"]
     for key in DIRECT:
@@ -219,13 +228,13 @@ def test_the_file_leaves_tied_units_out_and_loading_derives_them(rows, tmp_path)
         assert len(back.t_[key]) == len(pred.t_[key])
         # the file rounds units to 3 digits; a derived unit follows its rounded source
         assert back.t_[key] == pytest.approx(pred.t_[key], rel=5e-3)
-    cpu_rows = [r for r in rows if r["role"] == "cpu"]
+    cpu_rows = [r for r in k1_rows if r["role"] == "cpu"]
     assert np.array(back.predict(cpu_rows)) == pytest.approx(pred.predict(cpu_rows), rel=1e-2)
 
 
-def test_format_3_derives_a_tied_unit_whatever_the_file_holds(rows, tmp_path) -> None:
+def test_format_3_derives_a_tied_unit_whatever_the_file_holds(k1_rows, tmp_path) -> None:
     """A format-3 file's tied columns are derived at load: a stale value there is ignored."""
-    doc = _fit(rows).to_json()
+    doc = _fit(k1_rows).to_json()
     assert doc["version"] == 3
     doc["model"]["t"]["cpu"]["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] = 123.0
     (tmp_path / "stale.json").write_text(json.dumps(doc))
@@ -257,8 +266,8 @@ def test_a_format_2_file_saved_again_stays_format_2(tmp_path) -> None:
     assert load(tmp_path / "again.json").t_ == old.t_
 
 
-def test_tie_order_puts_sources_first_and_rejects_a_cycle(rows, monkeypatch) -> None:
-    pred = _fit(rows)
+def test_tie_order_puts_sources_first_and_rejects_a_cycle(k1_rows, monkeypatch) -> None:
+    pred = _fit(k1_rows)
     order = tie_order(pred.t_, pred.family_)
     elt = order.index("cpu/elementwise/parallel-loops")
     assert order.index(K1) < order.index(K1S2) and all(order.index(k) > elt for k in DIRECT)
