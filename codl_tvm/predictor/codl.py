@@ -37,6 +37,7 @@ from codl_tvm.predictor.blocking import (
     terms,
     variant,
 )
+from codl_tvm.predictor.codl_format import current_key, flat_models, trim_zeros
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
@@ -287,7 +288,7 @@ class CoDLPredictor(BasePredictor):
             role, rest = key.split("/", 1)
             if self._format_version() >= TIES_DERIVED_FROM:
                 units = untied(units, tied_units(key, self.family_, self.t_))
-            by_role[role][rest] = _trim_zeros(units)
+            by_role[role][rest] = trim_zeros(units)
         return {
             "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
             **({} if same else {"family": self.family_}),
@@ -300,10 +301,10 @@ class CoDLPredictor(BasePredictor):
         cores, lanes, sms, l2, *stream = doc["machine"]  # files before 0.1: no stream limit
         self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2),
                                 cpu_stream_bytes=int(stream[0]) if stream else 0)
-        flat = _flat_models(doc["t"])
+        flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
-        loaded = {_current_key(k, v, self.family_): v for k, v in flat.items()}
+        loaded = {current_key(k, v, self.family_): v for k, v in flat.items()}
         # format 3 leaves tied units out: derived again, sources first; earlier files stored
         # them and keep what they stored
         derive = getattr(self, "_loaded_version", TIES_DERIVED_FROM) >= TIES_DERIVED_FROM
@@ -335,47 +336,6 @@ FLOOR_MIN_SAMPLES = 8  # a model's own floor needs this many samples (a multi-ke
 # candidate limits of a streamed CPU pass: 256 KB (one small L2) to 256 MB (beyond any L3)
 STREAM_CANDIDATES_BYTES = tuple(int(mb * (1 << 20)) for mb in (
     0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256))
-
-# the kernel each (family, kind) ran before algorithms were part of the model keys
-_OLD_ALGORITHM = {
-    ("cpu", "conv2d"): "direct-nchwc", ("cpu", "depthwise"): "depthwise-direct",
-    ("cpu", "pool_max"): "pool", ("cpu", "pool_avg"): "pool", ("cpu", "dense"): "gemv",
-    ("cpu", "elementwise"): "parallel-loops", ("gpu", "conv2d"): "implicit-gemm",
-    ("gpu", "depthwise"): "depthwise-direct", ("gpu", "pool_max"): "pool",
-    ("gpu", "pool_avg"): "pool", ("gpu", "dense"): "dlight-fallback",
-    ("gpu", "elementwise"): "elementwise",
-}  # fmt: skip
-
-
-def _current_key(key: str, value: Any, family: dict[str, str]) -> str:
-    """Keys of files written before algorithm keys (``role/kind/variant[/algorithm]``)."""
-    parts = key.split("/")
-    if len(parts) < 3 or parts[2] not in ("", "k1", "kn"):
-        return key
-    role, kind, var = parts[:3]
-    if isinstance(value, dict):  # recorded: role/kind/variant/algorithm
-        return f"{role}/{kind}/{'/'.join(parts[3:])}"
-    algo = _OLD_ALGORITHM.get((family.get(role, role), kind), "")
-    return f"{role}/{kind}/{algo}" + (f"/{var}" if algo in BY_FILTER else "")
-
-
-def _flat_models(t: dict[str, Any]) -> dict[str, Any]:
-    """``role/kind/...`` -> units, from a file's models grouped by role (format 2) or keyed
-    flat (format 1: every key holds a ``/``)."""
-    if all("/" in k for k in t):
-        return t
-    return {f"{role}/{rest}": units for role, models in t.items() for rest, units in models.items()}
-
-
-def _trim_zeros(units: Any) -> Any:
-    """A model's unit list without its trailing zeros (a recorded model's dict as it is)."""
-    if not isinstance(units, list):
-        return units
-    n = len(units)
-    while n > 1 and units[n - 1] == 0:
-        n -= 1
-    return units[:n]
-
 
 def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
     return [float(c) for c in robust_rel_fit(a, y, iters)]
