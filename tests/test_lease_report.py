@@ -71,18 +71,3 @@ def test_cli_writes_the_json(tmp_path, rows):
     assert doc["sets"]["held-out YOLO-V2"] == {"n": 0, "this_lease": None, "reproduce10": None,
                                                "other_calibrated": None, "other_raw": None}
 
-
-def test_the_second_h100_lease_finding_is_reproducible(rows):
-    """Session 12: the committed second-lease rows give the committed report (the whole file
-    in-sample; the splits take longer and follow the same code)."""
-    import json
-
-    from helpers import ROOT
-
-    res = ROOT / "benchmarks" / "results" / "cpu40-h100"
-    rep = lease.report(rows, read_samples(res / "cpu40-new.csv"), seeds=1)
-    saved = json.loads((res / "lease-report.json").read_text())
-    assert rep["lease_factors"]["cpu"] == pytest.approx(saved["lease_factors"]["cpu"])
-    whole = rep["sets"]["whole file, in-sample"]
-    assert whole == pytest.approx(saved["sets"]["whole file, in-sample"])
-    assert whole["other_calibrated"] < whole["this_lease"] < whole["reproduce10"]

@@ -134,20 +134,6 @@ def test_pool_rescale_without_shared_rows_stops(tmp_path):
         remeasure.lease_factors(first, {row_key(r): r for r in rows[2:]}, None)
 
 
-def test_committed_pooled_rows_are_the_rescaled_pool_of_both_leases(tmp_path):
-    """Session 12's ``cpu40-pooled.csv`` is what ``pool --rescale`` makes of the shipped file
-    and the second lease's rows."""
-    from helpers import ROOT
-
-    res = ROOT / "benchmarks" / "results" / "cpu40-h100"
-    out = tmp_path / "pooled.csv"
-    assert remeasure.main(["pool", str(DATA_DIR / "samples-x86-cuda-h100.csv"),
-                           str(res / "cpu40-new.csv"), "--rescale", "-o", str(out)]) == 0
-    made, saved = read_samples(out), read_samples(res / "cpu40-pooled.csv")
-    assert [r["latency_us"] for r in made] == [r["latency_us"] for r in saved]
-    assert min(r["rounds"] for r in made) >= 40
-
-
 K1S2 = ["--where", "op=conv2d", "--where", "KH=1", "--where", "SH=2"]
 
 
