@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +13,13 @@ from tvm import relax
 
 from . import runtime
 from .device import DevicePair, vdevice_index
+from .frontend import OUTPUT_NAMES_ATTR
 from .graph import entry_function
+from .outputs import atomic_folder, write_json
 from .passes.lift_device_constants import LIFTED_ATTR
+from .passes.stage_cross_device_copies import STAGING_ATTR
 from .pipeline import codl_pipeline
-from .plan import Plan, write_json_atomic
+from .plan import Plan
 
 
 class Executable:
@@ -66,20 +67,22 @@ class Executable:
         path: str | os.PathLike,
         weights: bool = True,
         write_library: Callable[[Path], dict[str, Any]] | None = None,
+        overwrite: bool = False,
+        inputs: Iterable[str | os.PathLike] = (),
     ) -> Path:
         """Write the artifact folder (``lib.so``, ``params.npz``, ``manifest.json``).
 
         Everything is written into a temporary sibling folder first and renamed into place,
-        so a failed export leaves nothing behind. ``weights=False`` leaves ``params.npz`` out
-        and marks the manifest so the runtime draws random weights of the right shapes: for
-        timing big models on a machine the weights cannot travel to. ``write_library(folder)``
+        so a failed export leaves nothing behind. An existing folder is replaced only when it
+        is a codl-tvm artifact and ``overwrite`` is set; the working directory, folders above
+        it and folders holding one of ``inputs`` are refused (:mod:`codl_tvm.outputs`).
+        ``weights=False`` leaves ``params.npz`` out and marks the manifest so the runtime draws
+        random weights of the right shapes: for timing big models on a machine the weights
+        cannot travel to. ``write_library(folder)``
         replaces the default ``lib.so`` writer (cross-compilation: see
         :func:`codl_tvm.deploy.cross.export_for_device`) and returns manifest entries to add.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        try:
+        with atomic_folder(path, inputs, overwrite) as tmp:
             manifest = dict(self.manifest)
             if write_library is None:
                 self.vm_exec.export_library(str(tmp / runtime.LIBRARY))
@@ -89,18 +92,12 @@ class Executable:
                 np.savez(tmp / runtime.PARAMS, **self.params)
             else:
                 manifest["weights"] = "random"
-            write_json_atomic(tmp / runtime.MANIFEST, manifest)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return path
+            write_json(tmp / runtime.MANIFEST, manifest)
+        return Path(path)
 
 
 def compile(  # noqa: A001 - mirrors tvm.compile
-    mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None
+    mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -112,28 +109,38 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         The CPU and GPU to run on.
     plan : Plan, optional
         Where each op runs; None runs the whole model on the pair's GPU.
+    staging : bool
+        Copy tensors between the devices through staging buffers made once per loaded model
+        (pinned on CUDA; :class:`~codl_tvm.passes.StageCrossDeviceCopies`). False keeps TVM's
+        ``to_device``, which allocates each copy's destination on every run.
     """
     if plan is not None:
         plan.validate(mod)
-    lowered = codl_pipeline(pair, plan)(mod)
-    lifted = dict(lowered.attrs[LIFTED_ATTR]) if lowered.attrs and LIFTED_ATTR in (
-        lowered.attrs) else {}
-    if lifted:
-        lowered = lowered.without_attr(LIFTED_ATTR)
+    lowered = codl_pipeline(pair, plan, staging=staging)(mod)
+    lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
+    staging = list(_module_attr(lowered, STAGING_ATTR, []))
+    lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
     vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
     params = {name: value.numpy() for name, value in lifted.items()}
-    manifest = make_manifest(mod, lowered, pair, plan, list(lifted))
+    manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging)
     return Executable(vm_exec, manifest, params, lowered)
+
+
+def _module_attr(mod: tvm.IRModule, key: str, default: Any) -> Any:
+    return mod.attrs[key] if mod.attrs and key in mod.attrs else default
 
 
 def make_manifest(
     source: tvm.IRModule, lowered: tvm.IRModule, pair: DevicePair, plan: Plan | None,
-    lifted: list[str],
+    lifted: list[str], staging: list[str] = (),
 ) -> dict[str, Any]:
-    """Inputs (name, shape, dtype, device role), CPU params, devices, pair, TVM version."""
+    """Inputs (name, shape, dtype, device role), CPU params, staging buffers, devices, pair,
+    TVM version, plan and the model's output names."""
     vdevices = list(lowered.global_infos["vdevice"])
+    names = source.attrs.get(OUTPUT_NAMES_ATTR) if source.attrs else None
     params = list(entry_function(lowered).params)
-    n_inputs = len(params) - len(lifted)
+    n_inputs = len(params) - len(lifted) - len(staging)
+    n_params = n_inputs + len(lifted)
     roles = ("gpu", "cpu")
 
     def spec(var: relax.Var) -> dict[str, Any]:
@@ -149,6 +156,7 @@ def make_manifest(
         "pair": pair.to_json(),
         "devices": [[pair.runtime_kind(r), pair.runtime_index(r)] for r in roles],
         "inputs": [spec(v) for v in params[:n_inputs]],
-        "params": [spec(v) for v in params[n_inputs:]],
+        "params": [spec(v) for v in params[n_inputs:n_params]],
+        "staging": [spec(v) for v in params[n_params:]],
         "plan": plan.to_json() if plan is not None else None,
-    }
+    } | ({"outputs": [str(n) for n in names]} if names else {})

@@ -11,7 +11,13 @@ from tvm import relax
 from tvm.relax import transform as rt
 
 from .device import DevicePair
-from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
+from .passes import (
+    BindKernelTargets,
+    CoExecutionPartition,
+    LiftDeviceConstants,
+    StageCrossDeviceCopies,
+    WriteSplitOutputsInPlace,
+)
 from .passes import adreno_texture as tex
 from .passes import texture_scope as scope
 from .plan import Plan
@@ -41,8 +47,9 @@ def default_gpu_schedule() -> tvm.transform.Pass:
     )
 
 
-def lower_passes() -> list[tvm.transform.Pass]:
-    """TVM's default VM lowering minus StaticPlanBlockMemory.
+def lower_passes(staging: bool = False) -> list[tvm.transform.Pass]:
+    """TVM's default VM lowering minus StaticPlanBlockMemory; ``staging`` adds
+    :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once).
 
     TVM 0.27's static planner reuses one device's storage for another device's tensor in
     split-then-concat modules (apache/tvm#20207): a CPU kernel then writes into GPU memory.
@@ -56,6 +63,7 @@ def lower_passes() -> list[tvm.transform.Pass]:
         rt.LowerAllocTensor(),
         rt.KillAfterLastUse(),
         rt.LowerRuntimeBuiltin(),
+        *([StageCrossDeviceCopies(), WriteSplitOutputsInPlace()] if staging else []),
         rt.ComputePrimValue(),
         rt.VMShapeLower(),
         rt.AttachGlobalSymbol(),
@@ -106,9 +114,13 @@ def texture_phases(
 
 
 def phases(
-    pair: DevicePair, plan: Plan, *, texture: bool | None = None
+    pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
+
+    ``staging`` routes CPU<->GPU copies through staging parameters of ``main``
+    (:class:`~codl_tvm.passes.StageCrossDeviceCopies`): :func:`codl_tvm.compile` sets it, as
+    its runner allocates them; a caller that runs ``main`` itself leaves it off.
 
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
@@ -120,7 +132,7 @@ def phases(
         ("legalize", [rt.LegalizeOps(), BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", [schedule_pass()]),
-        ("lower", lower_passes()),
+        ("lower", lower_passes(staging)),
     ]
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
@@ -130,12 +142,12 @@ def phases(
 
 def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
-    texture: bool | None = None,
+    texture: bool | None = None, staging: bool = False,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs. ``texture``: see :func:`phases`.
+    when the pipeline runs. ``texture``, ``staging``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -144,7 +156,7 @@ def codl_pipeline(
             tvm.transform.Sequential(prepare_passes())(mod), "gpu"
         )
         seq: list[tvm.transform.Pass] = []
-        for name, passes in phases(pair, the_plan, texture=texture):
+        for name, passes in phases(pair, the_plan, texture=texture, staging=staging):
             seq.extend(passes)
             if name == until:
                 break

@@ -30,15 +30,16 @@ import numpy as np
 import tvm
 import tvm.runtime.vm
 
+from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
 from .profiler.cpu_pool import pair_threads, use_cpu_threads
 
-MANIFEST = "manifest.json"
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
-ARTIFACT_FORMAT = "codl-tvm-artifact"
 ARTIFACT_VERSION = 1
 
 _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
+CUDA_HOST = 3  # DLPack's kDLCUDAHost: pinned host memory (cudaMallocHost)
+ROLES = ("gpu", "cpu")  # manifest["devices"] order (codl_tvm.device.ROLES; no compiler here)
 
 
 # ---- CUDA in a runtime-only process (see shared/gpu/README.md) ------------------------------
@@ -116,7 +117,7 @@ class Runner:
         self.params = [
             tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"), self._dev(p["role"]))
             for p in manifest["params"]
-        ]
+        ] + staging_buffers(manifest, self.devices)
 
     def _dev(self, role: str) -> tvm.runtime.Device:
         return self.devices[0 if role == "gpu" else 1]
@@ -145,6 +146,32 @@ class Runner:
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         return random_inputs(self.manifest, seed)
+
+
+def staging_buffers(manifest: dict[str, Any], devices: list[Any]) -> list[Any]:
+    """The artifact's staging tensors (CPU<->GPU copies land in and leave from them), made
+    once per loaded model: pinned host memory where the GPU is CUDA, so each copy is a DMA at
+    the bus's speed; plain host memory elsewhere."""
+    pinned = manifest["devices"][0][0] == "cuda"
+    return [host_tensor(s["shape"], s["dtype"], devices[ROLES.index(s["role"])], pinned)
+            for s in manifest.get("staging", [])]
+
+
+def host_tensor(shape: list[int], dtype: str, dev: Any, pinned: bool) -> Any:
+    """A tensor on the CPU device ``dev``; with ``pinned``, its bytes are CUDA pinned memory.
+
+    TVM's CPU kernels take only tensors whose device is the CPU, so the pinned allocation
+    (``cuda_host``) is handed to them as a CPU tensor over the same bytes: numpy views the
+    address (DLPack would keep the ``cuda_host`` device) and TVM takes the view through
+    DLPack. The view's buffer holds the allocation, so it lives as long as the tensor.
+    """
+    if not pinned:
+        return tvm.runtime.empty(shape, dtype, dev)
+    host = tvm.runtime.empty(shape, dtype, tvm.runtime.Device(CUDA_HOST, 0))
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = (ctypes.c_byte * nbytes).from_address(host.data_ptr())
+    raw.owner = host
+    return tvm.runtime.from_dlpack(np.frombuffer(raw, dtype=dtype).reshape(shape))
 
 
 def cpu_threads(manifest: dict[str, Any]) -> int | None:
@@ -206,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("artifact")
     parser.add_argument("--inputs", help=".npz keyed by input name (random when absent)")
-    parser.add_argument("-o", "--output", help="write outputs to this .npz (output_0, ...)")
+    parser.add_argument("-o", "--output",
+                        help="write outputs to this .npz, keyed by the model's output names")
     parser.add_argument("--time", action="store_true", help="print the median latency")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
@@ -216,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def output_names(manifest: dict[str, Any], count: int) -> list[str]:
+    """The model's output names (ONNX graph order); ``output_i`` where the model had none."""
+    names = manifest.get("outputs") or []
+    if len(names) != count or len(set(names)) != count:
+        return [f"output_{i}" for i in range(count)]
+    return list(names)
 
 
 def run_and_report(runner: Runner, inputs: str | None, output: str | None, time: bool,
@@ -228,10 +264,12 @@ def run_and_report(runner: Runner, inputs: str | None, output: str | None, time:
     else:
         values = runner.random_inputs()
     outputs = runner.run(values)
-    for i, out in enumerate(outputs):
-        print(f"output_{i}: shape={list(out.shape)} dtype={out.dtype}")
+    names = output_names(runner.manifest, len(outputs))
+    for name, out in zip(names, outputs):
+        print(f"{name}: shape={list(out.shape)} dtype={out.dtype}")
     if output:
-        np.savez(output, **{f"output_{i}": o for i, o in enumerate(outputs)})
+        with atomic_file(output, inputs=[p for p in (inputs,) if p], suffix=".npz") as tmp:
+            np.savez(tmp, **dict(zip(names, outputs)))
     if time:
         print(f"median latency{where}: {runner.time(values, repeat=repeat) * 1e3:.3f} ms")
 

@@ -14,6 +14,7 @@ from tvm.relax import op as rop
 
 import codl_tvm
 from codl_tvm import Chain, OpPlacement, Plan
+from codl_tvm.passes.stage_cross_device_copies import COPY
 
 
 def _model() -> tvm.IRModule:
@@ -94,7 +95,7 @@ def test_gpu_sub_op_is_issued_before_its_cpu_sub_op_and_after_all_copies():
                and n.endswith("_d0")]
         cpu = [j for j, n in enumerate(unit) if n.startswith(("conv2d", "max_pool", "matmul"))
                and n.endswith("_d1")]
-        copies = [j for j, n in enumerate(unit) if n == "vm.builtin.to_device"]
+        copies = [j for j, n in enumerate(unit) if n in ("vm.builtin.to_device", COPY)]
         assert gpu and cpu, unit
         assert max(gpu) < min(cpu), unit
         # every copy into the CPU part happens before the GPU launch; one copy comes back

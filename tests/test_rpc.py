@@ -116,6 +116,15 @@ def artifact(work) -> Path:
 
 
 @pytest.fixture(scope="module")
+def to_device_artifact(work) -> Path:
+    """The split of ``artifact`` with TVM's own ``vm.builtin.to_device`` copies."""
+    mod = _model()
+    exe = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"),
+                           Plan.uniform(mod, "OC", 0.5), staging=False)
+    return exe.export(work / "art-to-device")
+
+
+@pytest.fixture(scope="module")
 def gpu_only_artifact(work) -> Path:
     mod = _model()
     return codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair")).export(work / "art-gpu")
@@ -196,7 +205,7 @@ def test_direct_server_gives_the_local_outputs_and_a_remote_time(server, artifac
     runner = rpc.load_remote(rpc.connect(rpc=server), artifact)
     assert runner.mode == "helpers"
     # the weights sit on the remote device of their role: llvm:0 for the CPU, llvm:1 for the GPU
-    roles = [p["role"] for p in runner.manifest["params"]]
+    roles = [p["role"] for p in runner.manifest["params"] + runner.manifest["staging"]]
     assert [t.device.index for t in runner.params] == [0 if r == "cpu" else 1 for r in roles]
     outputs = runner.run(inputs)
     assert len(outputs) == len(expected)
@@ -245,16 +254,18 @@ def test_cli_run_over_rpc_writes_the_local_outputs(server, artifact, work, capsy
         np.testing.assert_array_equal(out["output_0"], expected[0])
 
 
-def test_stock_server_direct_call_rejects_dltensor_so_the_helpers_are_needed(stock_server,
-                                                                             artifact):
-    """Over RPC a tensor reaches the server as DLTensor*; the VM's main wants ffi.Tensor."""
+def test_stock_server_direct_call_rejects_dltensor_so_the_helpers_are_needed(
+        stock_server, to_device_artifact):
+    """Over RPC a tensor reaches the server as DLTensor*; TVM's ``vm.builtin.to_device`` wants
+    an ffi.Tensor (staged copies take either, but the helpers serve every artifact)."""
+    artifact = to_device_artifact
     session = rpc.connect(rpc=stock_server)
     session.upload(str(artifact / "lib.so"), target="probe.so")
     devs = [session.cpu(1), session.cpu(0)]
     vm = tvm.runtime.vm.VirtualMachine(session.load_module("probe.so"), devs)
     manifest = json.loads((artifact / "manifest.json").read_text())
     args = [tvm.runtime.tensor(np.zeros(s["shape"], s["dtype"]), devs[s["role"] == "cpu"])
-            for s in manifest["inputs"] + manifest["params"]]
+            for s in manifest["inputs"] + manifest["params"] + manifest["staging"]]
     raised = None
     try:
         vm["main"](*args)

@@ -100,7 +100,7 @@ def test_set_input_would_move_cpu_weights_to_devices0_so_the_runner_calls_main_d
     runner = exe.runner
     inputs = exe.random_inputs(seed=5)
     args = runner._args(inputs)
-    roles = [p["role"] for p in exe.manifest["params"]]
+    roles = [p["role"] for p in exe.manifest["params"] + exe.manifest["staging"]]
     assert [a.device.index for a in args[1:]] == [0 if r == "cpu" else 1 for r in roles]
     runner.vm.set_input("main", *args)
     with pytest.raises(Exception, match="device_id"):

@@ -174,6 +174,9 @@ class RemoteRunner(runtime.Runner):
         self.vm = tvm.runtime.vm.VirtualMachine(session.load_module(remote_name), self.devices)
         self.params = [tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"),
                                           self._dev(p["role"])) for p in manifest["params"]]
+        # staging buffers in the remote's plain host memory (pinning needs a local CUDA)
+        self.params += [tvm.runtime.empty(s["shape"], s["dtype"], self._dev(s["role"]))
+                        for s in manifest.get("staging", [])]
         self.mode = self._pick_mode()
         if self.mode == "helpers":
             self._key = session.get_function("codl.rpc.bind")(*self.params)
@@ -195,7 +198,8 @@ class RemoteRunner(runtime.Runner):
             return "helpers"
         except Exception:  # AttributeError "Module has no function" from a stock server
             pass
-        roles = {s["role"] for s in self.manifest["inputs"] + self.manifest["params"]}
+        roles = {s["role"] for s in self.manifest["inputs"] + self.manifest["params"]
+                 + self.manifest.get("staging", [])}
         if roles <= {"gpu"}:
             return "stateful"
         raise RPCError("the RPC server lacks codl-tvm's helpers and this artifact has arguments "

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Co-execution of single YOLO-V2 convs on the GPU machine, on the full GPU and on the GPU held
+# to a few SMs by CUDA MPS (an edge-class GPU beside the same CPU). Prepare here:
+#   ../shared/gpu/pack-tvm-runtime.sh .devcarry
+#   python benchmarks/coexec_conv.py build --out .devcarry/coexec
+#   tar czf .devcarry/coexec.tgz -C .devcarry coexec
+# There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/coexec.tgz carried:
+#   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)]
+# (.devcarry/cupti_trace.py: a copy of ../shared/gpu/cupti_trace.py.)
+# Writes coexec-{full,edge}.{json,log}, traces.txt (CUPTI summaries) and machine.txt to $OUT.
+set -euo pipefail
+PCT=${1:-5}
+OUT=${OUT:-/tmp/codl-out}
+mkdir -p "$OUT" /tmp/site /tmp/coexec
+tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
+tar xzf .devcarry/coexec.tgz -C /tmp/coexec
+export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
+export CODL_CUDA_CACHE=/tmp/codl-cuda-cache
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv; lscpu | head -25; } \
+  > "$OUT/machine.txt" 2>&1 || true
+art=/tmp/coexec/coexec
+run() {  # $1: SMs label, $2: result name
+  timeout 250 python benchmarks/coexec_conv.py run "$art" --json "$OUT/$2.json" --jobs 14 \
+    --rounds 3 --sms "$1" 2>&1 | tee "$OUT/$2.log"
+}
+sms() { python -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)'; }
+
+run "$(sms)" coexec-full
+shape=104x104x64-128-k3s1
+trace() {  # $1: label; the rest: variants of $shape
+  local label=$1; shift
+  for v in "$@"; do
+    echo "== $label $shape $v" >> "$OUT/traces.txt"
+    timeout 60 python .devcarry/cupti_trace.py "$art/$shape/$v" "/tmp/trace-$label-$v.json" \
+      >> "$OUT/traces.txt" 2>&1 || echo "trace failed" >> "$OUT/traces.txt"
+  done
+}
+trace full H_0.9 H_0.9_to_device
+
+# the edge configuration: MPS holds this process's kernels to a few SMs; always stopped
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d
+trap 'echo quit | nvidia-cuda-mps-control' EXIT
+export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
+n=$(sms)
+echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/machine.txt"
+run "$n" coexec-edge
+trace edge H_0.7 H_0.7_to_device

@@ -1,0 +1,162 @@
+"""StageCrossDeviceCopies: every CPU<->GPU copy moves between buffers made once, not per run.
+
+TVM lowers ``R.to_vdevice`` to ``vm.builtin.to_device``, which allocates a fresh destination
+on every run (``cudaMalloc`` with a ``cudaMemGetInfo`` on CUDA) and, on the host side, uses
+pageable memory that the driver stages through its own pinned bounce buffer (3-4x slower than
+a pinned copy). This pass, run on the lowered VM code (after ``LowerRuntimeBuiltin``),
+rewrites each copy between the two devices of ``main``:
+
+- GPU -> CPU: the copy lands in a *staging parameter* (a CPU tensor appended to ``main``'s
+  parameters), which the CPU sub-op then reads;
+- CPU -> GPU: the CPU kernel that produces the tensor writes straight into a staging
+  parameter, which is copied into a GPU tensor of the VM's pooled allocator (reused across
+  runs, no ``cudaMalloc`` after the first).
+
+Copies use TVM's own ``runtime.TVMTensorCopyFromTo``. The runner (:mod:`codl_tvm.runtime`)
+allocates the staging tensors once per loaded model: in pinned host memory where the GPU is
+CUDA, so each copy runs at the DMA floor; plain host memory elsewhere (an OpenCL runtime with
+mapped buffers would allocate them there). The staging parameters' names are kept in the
+module attribute ``codl.staging_params``, in parameter order. A copy whose result ``main``
+returns, or whose CPU source is not a kernel output, is left to ``vm.builtin.to_device``.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.op import vm as vm_op
+
+from ..device import ROLES, vdevice_index
+
+STAGING_ATTR = "codl.staging_params"
+TO_DEVICE = "vm.builtin.to_device"
+COPY = "runtime.TVMTensorCopyFromTo"
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
+_ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
+_KILL = tvm.ir.Op.get("relax.vm.kill_object")
+
+
+def _is_to_device(value: relax.Expr) -> bool:
+    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
+            and value.op.global_symbol == TO_DEVICE and value.args[3].value == "global")
+
+
+def _is_op(value: relax.Expr, op: tvm.ir.Op) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(op)
+
+
+def _returned(body: relax.Expr) -> set[relax.Var]:
+    out = body.fields if isinstance(body, relax.Tuple) else [body]
+    return {v for v in out if isinstance(v, relax.Var)}
+
+
+def _copy(src: relax.Expr, dst: relax.Expr) -> relax.VarBinding:
+    call = relax.Call(relax.ExternFunc(COPY), [src, dst], ty_args=[relax.TupleType([])])
+    return relax.VarBinding(relax.Var("_", relax.TupleType([])), call)
+
+
+class _Stager:
+    """Rewrites the bindings of one lowered ``main``; ``params`` are the new staging vars."""
+
+    def __init__(self, vdevices: list, cpu_index: int, func: relax.Function):
+        self.vdevices, self.cpu = vdevices, cpu_index
+        self.params: list[relax.Var] = []
+        self.bindings = [b for block in func.body.blocks for b in block.bindings]
+        self.defs = {b.var: b.value for b in self.bindings}
+        self.keep = _returned(func.body.body)
+        self.drop: set[relax.Var] = set()  # vars whose allocation and kill calls go
+        self.alias: dict[relax.Var, relax.Var] = {}  # kernel output -> staging param
+        # an upload's result: the pooled allocation has no vdevice in its type, so later
+        # uses read a new var of that type (a typed var cannot be bound to it)
+        self.rename: dict[relax.Var, relax.Var] = {}
+
+    def _stage(self, shape: relax.Expr, dtype: str) -> relax.Var:
+        ty = relax.TensorType(shape, dtype, self.vdevices[self.cpu])
+        var = relax.Var(f"codl_stage{len(self.params)}", ty)
+        self.params.append(var)
+        return var
+
+    def plan(self) -> None:
+        """Choose the copies to stage (fills ``alias`` and ``drop``)."""
+        for b in self.bindings:
+            if not _is_to_device(b.value) or b.var in self.keep:
+                continue
+            dst = vdevice_index(self.vdevices, b.value.attrs.dst_vdevice)
+            src = b.value.args[0]
+            if dst == self.cpu:
+                self.alias[b.var] = self._stage(b.var.ty.shape, str(b.var.ty.dtype))
+            elif dst is not None and self._cpu_kernel_output(src):
+                alloc = self.defs[src]
+                self.alias[src] = self._stage(alloc.args[2], str(alloc.args[3].value))
+                self.drop.add(alloc.args[0])
+
+    def _cpu_kernel_output(self, var: relax.Expr) -> bool:
+        alloc = self.defs.get(var)
+        return (var not in self.keep and _is_op(alloc, _ALLOC_TENSOR)
+                and int(alloc.args[4].value) == self.cpu and var not in self.alias)
+
+    def rewrite(self) -> list[relax.Binding]:
+        out: list[relax.Binding] = []
+        for b in self.bindings:
+            value = self._renamed(b.value)
+            if b.var in self.drop or (_is_op(value, _KILL) and (
+                    value.args[0] in self.drop or value.args[0] in self.alias)):
+                continue
+            if b.var in self.alias and _is_to_device(value):  # GPU -> CPU
+                out += [_copy(value.args[0], self.alias[b.var]),
+                        relax.VarBinding(b.var, self.alias[b.var])]
+            elif b.var in self.alias:  # a CPU kernel's output: the staging buffer
+                out.append(relax.VarBinding(b.var, self.alias[b.var]))
+            elif _is_to_device(value) and value.args[0] in self.alias:  # CPU -> GPU
+                out += self._upload(b.var, value)
+            else:
+                out.append(b if value.same_as(b.value) else relax.VarBinding(b.var, value))
+        return out
+
+    def _renamed(self, value: relax.Expr) -> relax.Expr:
+        if not self.rename or not isinstance(value, relax.Call):
+            return value
+        args = [self.rename.get(a, a) if isinstance(a, relax.Var) else a for a in value.args]
+        return relax.Call(value.op, args, value.attrs, value.ty_args)
+
+    def _upload(self, old: relax.Var, call: relax.Call) -> list[relax.Binding]:
+        dev = vdevice_index(self.vdevices, call.attrs.dst_vdevice)
+        ty = old.ty
+        var = self.rename[old] = relax.Var(old.name, relax.TensorType(ty.shape, ty.dtype))
+        nbytes = tvm.DataType(ty.dtype).bits // 8
+        for d in ty.shape.values:
+            nbytes *= int(d)
+        storage = relax.Var("codl_upload_storage", relax.ObjectType())
+        return [
+            relax.VarBinding(storage, vm_op.alloc_storage(
+                relax.ShapeExpr([nbytes]), dev, "uint8", "global")),
+            relax.VarBinding(var, vm_op.alloc_tensor(storage, 0, ty.shape, str(ty.dtype), dev)),
+            relax.VarBinding(relax.Var("_", relax.TupleType([])), vm_op.kill_object(storage)),
+            _copy(call.args[0], var),
+        ]
+
+
+@tvm.transform.module_pass(opt_level=0, name="StageCrossDeviceCopies")
+class StageCrossDeviceCopies:
+    """Copy CPU<->GPU tensors through staging parameters of ``main`` (see the module doc)."""
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        if "vdevice" not in mod.global_infos or len(mod.global_infos["vdevice"]) < 2:
+            return mod
+        vdevices = list(mod.global_infos["vdevice"])
+        gv = mod.get_global_var("main")
+        func = mod[gv]
+        if not isinstance(func.body, relax.SeqExpr):
+            return mod
+        stager = _Stager(vdevices, ROLES.index("cpu"), func)
+        stager.plan()
+        if not stager.params:
+            return mod
+        body = relax.SeqExpr([relax.BindingBlock(stager.rewrite())], func.body.body)
+        new_func = relax.Function(list(func.params) + stager.params, body, func.ret_ty,
+                                  func.is_pure, func.attrs)
+        mod = mod.clone()
+        mod[gv] = new_func
+        # new calls get their types from the normalizer
+        mod = relax.transform.Normalize()(mod)
+        return mod.with_attr(STAGING_ATTR, [p.name for p in stager.params])

@@ -1,0 +1,136 @@
+"""WriteSplitOutputsInPlace: a split whose parts are contiguous blocks of its output needs no
+``concat`` kernel.
+
+After :class:`StageCrossDeviceCopies`, a split op ends with the GPU part written by a kernel,
+the CPU part uploaded by a copy, and a ``concatenate`` kernel that writes both into the output
+again. Where every dimension before the concatenated axis is 1 (an output-channel split of a
+batch-1 NCHW tensor, or a row split of a one-channel one), the two parts are two contiguous
+byte ranges of the output. This pass, run on the lowered VM code, then allocates the output
+first, lets the GPU kernel write into a view of its head (offset 0, which TVM kernels accept)
+and the upload copy into a view of its tail (copies honour a byte offset), and drops the
+``concatenate`` kernel: the output is written once, by the kernel and the copy engine.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .stage_cross_device_copies import COPY
+
+VIEW = "runtime.TVMTensorCreateView"
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
+_ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
+_KILL = tvm.ir.Op.get("relax.vm.kill_object")
+
+
+def _is_op(value: relax.Expr, op: tvm.ir.Op) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(op)
+
+
+def _is_copy(value: relax.Expr) -> bool:
+    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
+            and value.op.global_symbol == COPY)
+
+
+def _shape(alloc: relax.Call) -> list[int]:
+    return [int(d) for d in alloc.args[2].values]
+
+
+def _view(base: relax.Var, alloc: relax.Call, offset_bytes: int) -> relax.Call:
+    ty = relax.TensorType(alloc.args[2], alloc.args[3].value)
+    args = [base, alloc.args[2], alloc.args[3], relax.prim_value(offset_bytes)]
+    return relax.Call(relax.ExternFunc(VIEW), args, ty_args=[ty])
+
+
+class _InPlace:
+    def __init__(self, mod: tvm.IRModule, func: relax.Function):
+        self.mod = mod
+        self.bindings = [b for block in func.body.blocks for b in block.bindings]
+        self.defs = {b.var: b.value for b in self.bindings}
+        self.uses: dict[relax.Var, list[relax.Binding]] = {}
+        for b in self.bindings:
+            if isinstance(b.value, relax.Call):
+                for a in b.value.args:
+                    if isinstance(a, relax.Var):
+                        self.uses.setdefault(a, []).append(b)
+
+    def _concat_parts(self, b: relax.Binding) -> tuple[relax.Var, relax.Var, relax.Var] | None:
+        """(head, tail, out) of a two-part concatenate kernel over contiguous blocks."""
+        v = b.value
+        if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.GlobalVar)
+                and v.op.name_hint.startswith("concatenate") and len(v.args) == 3):
+            return None
+        head, tail, out = v.args
+        allocs = [self.defs.get(x) for x in (head, tail, out)]
+        if not all(_is_op(a, _ALLOC_TENSOR) for a in allocs):
+            return None
+        shapes = [_shape(a) for a in allocs]
+        axes = [i for i, (p, q) in enumerate(zip(shapes[0], shapes[2])) if p != q]
+        if len(axes) != 1 or any(d != 1 for d in shapes[2][: axes[0]]):
+            return None
+        # the tail is written only by one copy (a kernel would reject a view's byte offset)
+        writers = [u for u in self.uses.get(tail, []) if not _is_op(u.value, _KILL)
+                   and not u.var.same_as(b.var)]
+        if len(writers) != 1 or not _is_copy(writers[0].value) or not (
+                writers[0].value.args[1].same_as(tail)):
+            return None
+        return head, tail, out
+
+    def rewrite(self) -> list[relax.Binding] | None:
+        plans = [p for p in map(self._concat_parts, self.bindings) if p is not None]
+        if not plans:
+            return None
+        drop: set[relax.Var] = set()  # bindings removed (by their var)
+        before: dict[relax.Var, list[relax.Binding]] = {}  # out's allocation moves here
+        replace: dict[relax.Var, relax.Expr] = {}
+        for head, tail, out in plans:
+            out_alloc = self.defs[out]
+            storage = out_alloc.args[0]
+            kills = [u for u in self.uses.get(storage, []) if _is_op(u.value, _KILL)]
+            moved = [b for b in self.bindings if b.var in (storage, out)] + kills
+            drop.update(b.var for b in moved)
+            before[head] = moved
+            head_alloc = self.defs[head]
+            replace[head] = _view(out, head_alloc, 0)
+            nbytes = tvm.DataType(head_alloc.args[3].value).bits // 8
+            for d in _shape(head_alloc):
+                nbytes *= d
+            replace[tail] = _view(out, self.defs[tail], nbytes)
+            drop.update(self._storage_of(head) + self._storage_of(tail))
+        concat_vars = {b.var for b in self.bindings if self._concat_parts(b) is not None}
+        out_bindings: list[relax.Binding] = []
+        for b in self.bindings:
+            if b.var in before:
+                out_bindings += before[b.var]
+            if b.var in replace:
+                out_bindings.append(relax.VarBinding(b.var, replace[b.var]))
+            elif b.var not in drop and b.var not in concat_vars:
+                out_bindings.append(b)
+        return out_bindings
+
+    def _storage_of(self, var: relax.Var) -> list[relax.Var]:
+        """The storage var of ``var``'s allocation and its kill, when only it used them."""
+        storage = self.defs[var].args[0]
+        users = self.uses.get(storage, [])
+        if all(u.var.same_as(var) or _is_op(u.value, _KILL) for u in users):
+            return [storage] + [u.var for u in users if _is_op(u.value, _KILL)]
+        return []
+
+
+@tvm.transform.module_pass(opt_level=0, name="WriteSplitOutputsInPlace")
+class WriteSplitOutputsInPlace:
+    """Drop ``concatenate`` kernels whose parts are contiguous blocks (see the module doc)."""
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        gv = mod.get_global_var("main")
+        func = mod[gv]
+        if not isinstance(func.body, relax.SeqExpr):
+            return mod
+        bindings = _InPlace(mod, func).rewrite()
+        if bindings is None:
+            return mod
+        body = relax.SeqExpr([relax.BindingBlock(bindings)], func.body.body)
+        mod = mod.clone()
+        mod[gv] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+        return relax.transform.Normalize()(mod)  # new calls get their types
