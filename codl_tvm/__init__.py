@@ -10,35 +10,31 @@ Typical use::
     outputs = exe.run({"input": x})
 """
 
+from __future__ import annotations
+
+import importlib
 import os
+from typing import Any
 
 __version__ = "0.1.0"
 
-if os.environ.get("TVM_USE_RUNTIME_LIB") == "1":
-    # only TVM's runtime is loaded: codl_tvm.runtime works, the compiler side cannot import
-    __all__ = ["runtime"]
-else:
-    from .device import DevicePair
-    from .executable import Executable, compile
-    from .frontend import ModelError, load_model
-    from .graph import list_ops
-    from .passes import BindKernelTargets, CoExecutionPartition, LiftDeviceConstants
-    from .pipeline import codl_pipeline
-    from .plan import Chain, OpPlacement, Plan, PlanError
+# public name -> submodule; loaded on first use, so `codl-tvm --help` and the runtime-only
+# runner do not pay for TVM's compiler (the "codl" pipeline is registered when TVM loads,
+# through the package's tvm.backends entry point, or when codl_tvm.pipeline is imported)
+_LAZY = {
+    "DevicePair": "device", "Executable": "executable", "compile": "executable",
+    "ModelError": "frontend", "load_model": "frontend", "list_ops": "graph",
+    "BindKernelTargets": "passes", "CoExecutionPartition": "passes",
+    "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
+    "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",
+    "OpPlacement": "plan", "Plan": "plan", "PlanError": "plan",
+}  # fmt: skip
 
-    __all__ = [
-        "BindKernelTargets",
-        "Chain",
-        "CoExecutionPartition",
-        "DevicePair",
-        "Executable",
-        "LiftDeviceConstants",
-        "ModelError",
-        "OpPlacement",
-        "Plan",
-        "PlanError",
-        "codl_pipeline",
-        "compile",
-        "list_ops",
-        "load_model",
-    ]
+# only TVM's runtime is loaded: codl_tvm.runtime works, the compiler side cannot import
+__all__ = ["runtime"] if os.environ.get("TVM_USE_RUNTIME_LIB") == "1" else sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

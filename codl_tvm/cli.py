@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)  # no quotes
+    lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(err).__name__
 
 

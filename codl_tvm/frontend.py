@@ -9,7 +9,11 @@ import onnx
 import tvm
 from tvm.relax.frontend.onnx import from_onnx
 
+from .onnx_fold import fold_static_shapes
 from .pipeline import prepare_passes
+
+# module attribute: the ONNX graph's output names, in order (artifacts name outputs by them)
+OUTPUT_NAMES_ATTR = "codl_output_names"
 
 
 class ModelError(ValueError):
@@ -43,6 +47,19 @@ def load_model(
     return tvm.transform.Sequential(prepare_passes())(mod)
 
 
+def with_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose graph inputs have the static ``shapes``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for inp in out.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = int(d)
+    return out
+
+
 def _read(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise ModelError(f"model file {path} does not exist")
@@ -68,7 +85,9 @@ def _import(proto: onnx.ModelProto, shape: dict[str, list[int]] | None) -> tvm.I
     unknown = set(shape or {}) - set(shapes)
     if unknown:
         raise ModelError(f"shape overrides name unknown inputs {sorted(unknown)}")
+    proto = fold_static_shapes(with_input_shapes(proto, shapes))
     try:
-        return from_onnx(proto, shape_dict=shapes, keep_params_in_input=False)
+        mod = from_onnx(proto, shape_dict=shapes, keep_params_in_input=False)
     except Exception as err:
         raise ModelError(f"TVM could not import the ONNX model: {err}") from None
+    return mod.with_attr(OUTPUT_NAMES_ATTR, [o.name for o in proto.graph.output])

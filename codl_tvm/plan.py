@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import tvm
 import tvm_ffi
 
 from .graph import entry_function, find_anchors, fingerprint
+from .outputs import write_json
 
 FORMAT = "codl-tvm-plan"
 VERSION = 1
@@ -120,7 +121,8 @@ class Plan:
         if chain:
             from .chains import consecutive_runs  # local: chains imports plan
 
-            for run in consecutive_runs(mod, dim, [a.op_id for a in anchors]):
+            # only ops this plan splits: an op left whole (one row) ends a chain
+            for run in consecutive_runs(mod, dim, list(plan.ops)):
                 if len(run) > 1:
                     plan.chains.append(Chain(run, dim, float(ratio)))
         return plan
@@ -177,9 +179,10 @@ class Plan:
             raise PlanError(f"plan file {path} is not valid JSON: {err}") from None
         return cls.from_json(doc, source=str(path))
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the plan atomically (a temp file renamed over ``path``)."""
-        write_json_atomic(path, self.to_json())
+    def save(self, path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> None:
+        """Write the plan atomically (a temp file renamed over ``path``); ``path`` may not be
+        one of ``inputs`` (see :mod:`codl_tvm.outputs`)."""
+        write_json(path, self.to_json(), inputs)
 
     # ---- queries ------------------------------------------------------------------------
     def placement(self, op_id: str) -> OpPlacement:
@@ -242,16 +245,3 @@ def _chain_from_json(i: int, entry: Any, source: str) -> Chain:
     return Chain(list(ops), entry["dim"], _check_ratio(f"chain {i}", entry.get("ratio")))
 
 
-def write_json_atomic(path: str | os.PathLike, doc: Any) -> None:
-    """Write ``doc`` as JSON to ``path`` through a temp file, so no half-written file remains."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .outputs import atomic_file
+
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
                "cpu-only": "CPU only"}  # fmt: skip
@@ -173,8 +175,8 @@ def draw(tl: Timeline, path: str | Path, title: str = "", unit: str = "us") -> P
     ax.legend(handles=handles, loc="upper right", fontsize=8, ncols=len(handles),
               bbox_to_anchor=(1.0, 1.16), frameon=False)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with atomic_file(path, suffix=path.suffix) as tmp:
+        fig.savefig(tmp)
     return path
 
 

@@ -263,3 +263,14 @@ def test_predictor_module_reports_a_broken_predictor_in_one_line(tmp_path, capsy
     assert main(["report", str(bad), str(DATA_DIR / "samples-x86-cuda-h100.csv")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.json" in err[0] and "malformed codl predictor" in err[0]
+
+
+def test_every_model_command_takes_a_zoo_name(tmp_path, capsys):
+    """compile resolves MODEL as plan and explain do: an ONNX file or a zoo name."""
+    from codl_tvm.cli import main as cli_main
+
+    assert cli_main(["compile", "tiny-cnn", "--pair", "cpu-pair", "-o", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "lib.so").exists()
+    assert cli_main(["compile", "no-such-model", "--pair", "cpu-pair", "-o",
+                     str(tmp_path / "b")]) == 1
+    assert "not a zoo model" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,6 +52,27 @@ def test_plan_round_trips_through_json(tmp_path_factory, dim, ratio, chain):
 def test_uniform_chain_groups_consecutive_ops():
     plan = Plan.uniform(_model(), "H", 0.5, chain=True)
     assert [c.ops for c in plan.chains] == [["conv2d_0", "conv2d_1", "max_pool2d_0"]]
+
+
+def test_uniform_chains_only_the_ops_it_splits():
+    """A squeeze-and-excitation tail (global pool, 1x1 convs on one pixel) has one row: those
+    ops stay whole, so no chain may hold them (compile warned once per op before)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+
+    def body(bb, x):
+        x = conv(bb, x, rng, 8, 3, padding=(1, 1, 1, 1))
+        x = bb.emit(rop.nn.avg_pool2d(x, (8, 8), (8, 8)))
+        x = conv(bb, x, rng, 4, 1)
+        return conv(bb, x, rng, 8, 1)
+
+    mod = codl_tvm.load_model(single_function((1, 3, 8, 8), body))
+    plan = Plan.uniform(mod, "H", 0.5, chain=True)
+    assert list(plan.ops) == ["conv2d_0"] and plan.chains == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"), plan)
 
 
 BAD_PLANS = [
@@ -110,10 +132,13 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     Plan.uniform(_model(), "H", 0.5).save(path)
     before = path.read_text()
 
-    def explode(*args, **kwargs):
+    real_write = Path.write_text
+
+    def explode(self, text, *args, **kwargs):
+        real_write(self, text[: len(text) // 2])  # half written, then the disk is full
         raise OSError("disk full")
 
-    monkeypatch.setattr(json, "dump", explode)
+    monkeypatch.setattr(Path, "write_text", explode)
     with pytest.raises(OSError):
         Plan.uniform(_model(), "OC", 0.1).save(path)
     assert path.read_text() == before

@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..outputs import check_output_file, check_output_folder
 from . import Command, add_pair_arguments, parse_shapes
 
 
 def _add_compile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="ONNX file")
+    p.add_argument("model", help="ONNX file or zoo model name")
     add_pair_arguments(p)
     p.add_argument("--plan", help="plan JSON (default: whole model on the GPU)")
     p.add_argument("--shape", action="append", help="input shape override NAME=D1,D2,...")
-    p.add_argument("-o", "--output", required=True, help="artifact folder to write")
+    p.add_argument("-o", "--output", required=True,
+                   help="artifact folder to create (never the working directory or a folder "
+                        "holding the model)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUTPUT if it is an existing codl-tvm artifact")
     p.add_argument("--no-weights", action="store_true",
                    help="ship no weights (the runtime draws random ones: timing only)")
     p.add_argument("--cross", action="store_true",
@@ -23,9 +28,12 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
 
 
 def _run_compile(args: argparse.Namespace) -> int:
-    from .. import DevicePair, Plan, compile, load_model
+    from .. import DevicePair, Plan, compile
+    from .explain import load_any_model
 
-    mod = load_model(args.model, shape=parse_shapes(args.shape))
+    inputs = [args.model, *([args.plan] if args.plan else [])]
+    check_output_folder(args.output, inputs, args.overwrite)  # before minutes of compiling
+    mod = load_any_model(args.model, shapes=parse_shapes(args.shape))
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan)
@@ -33,9 +41,11 @@ def _run_compile(args: argparse.Namespace) -> int:
         from ..deploy.cross import export_for_device
 
         path = export_for_device(exe, args.output, weights=not args.no_weights,
-                                 ndk_cc=args.ndk_cc)
+                                 ndk_cc=args.ndk_cc, overwrite=args.overwrite,
+                                 inputs=tuple(inputs))
     else:
-        path = exe.export(args.output, weights=not args.no_weights)
+        path = exe.export(args.output, weights=not args.no_weights, overwrite=args.overwrite,
+                          inputs=inputs)
     print(f"wrote {path} (pair {pair.name}, {len(exe.manifest['params'])} weight tensors)")
     link = json.loads((path / "manifest.json").read_text()).get("link")
     if link:
@@ -46,7 +56,8 @@ def _run_compile(args: argparse.Namespace) -> int:
 def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("artifact")
     p.add_argument("--inputs", help=".npz keyed by input name (random when omitted)")
-    p.add_argument("-o", "--output", help="write outputs to this .npz (model order)")
+    p.add_argument("-o", "--output",
+                   help="write outputs to this .npz, keyed by the model's output names")
     p.add_argument("--time", action="store_true", help="also print the median latency")
     p.add_argument("--repeat", type=int, default=20)
     add_rpc_arguments(p)
@@ -77,11 +88,13 @@ def _run_remote(args: argparse.Namespace) -> int:
 def _run_run(args: argparse.Namespace) -> int:
     from .. import runtime
 
+    if args.output:  # before any work: the outputs may not overwrite the inputs
+        check_output_file(args.output, [args.inputs] if args.inputs else [])
     if args.rpc or args.rpc_tracker:
         return _run_remote(args)
-    return runtime.main([args.artifact, *(["--inputs", args.inputs] if args.inputs else []),
-                         *(["-o", args.output] if args.output else []),
-                         *(["--time"] if args.time else []), "--repeat", str(args.repeat)])
+    runtime.run_and_report(runtime.load(args.artifact), args.inputs, args.output, args.time,
+                           args.repeat)
+    return 0
 
 
 COMMANDS = {

@@ -37,10 +37,10 @@ def load_any_model(model: str, batch: int | None = None,
 
     path = Path(model)
     if path.suffix != ".onnx" and not path.exists():
-        if model not in zoo.list_models():
-            raise ModelError(f"model {model!r}: no such ONNX file, and not a zoo model "
-                             f"(zoo: {', '.join(zoo.list_models())})")
-        path = zoo.get(model, batch=batch or 1)
+        try:
+            path = zoo.resolve(model, batch=batch or 1)
+        except ValueError as err:
+            raise ModelError(str(err)) from None
     elif batch:
         shapes = {**batch_shapes(path, batch), **(shapes or {})}
     return load_model(path, shape=shapes)

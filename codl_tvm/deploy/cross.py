@@ -31,7 +31,8 @@ ELF_MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 
 
 def export_for_device(exe: Any, path: str | os.PathLike, *, weights: bool = True,
-                      ndk_cc: str | None = None) -> Path:
+                      ndk_cc: str | None = None, overwrite: bool = False,
+                      inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
     """Write a deployable artifact folder for the executable's (cross-compiled) target.
 
     Parameters
@@ -39,8 +40,8 @@ def export_for_device(exe: Any, path: str | os.PathLike, *, weights: bool = True
     exe : codl_tvm.Executable
         Built for a pair whose targets this host may not run (``android-opencl``...).
     path : path-like
-        Artifact folder to write (replaced atomically).
-    weights : bool
+        Artifact folder to write (renamed into place when complete).
+    weights, overwrite, inputs
         As in :meth:`codl_tvm.Executable.export`.
     ndk_cc : str, optional
         NDK compiler; defaults to ``$TVM_NDK_CC``. Without one, a ``.tar`` is written.
@@ -60,7 +61,8 @@ def export_for_device(exe: Any, path: str | os.PathLike, *, weights: bool = True
         exe.vm_exec.export_library(str(folder / TAR_LIBRARY))
         return {"library": TAR_LIBRARY, "link": LINK_COMMAND}
 
-    return exe.export(path, weights=weights, write_library=write_library)
+    return exe.export(path, weights=weights, write_library=write_library,
+                      overwrite=overwrite, inputs=inputs)
 
 
 def _export_ndk(vm_exec: Any, out: Path, ndk_cc: str) -> None:

@@ -104,12 +104,7 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def model_path(model: str, shape: list[int] | None = None) -> Path:
-    """An ONNX file, or a zoo model name (built on first use)."""
-    if Path(model).exists():
-        return Path(model)
+    """An ONNX file, or a zoo model name (built on first use): :func:`codl_tvm.zoo.resolve`."""
     from .. import zoo
 
-    if model in zoo.list_models():
-        return Path(zoo.get(model, input_shape=tuple(shape) if shape else None))
-    raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model "
-                     f"({', '.join(zoo.list_models())})")
+    return zoo.resolve(model, input_shape=shape)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..outputs import write_json
 from .timing import calibrated_ideal_us, format_rows, interleaved, same_as, summarize
 
 INDEX = "index.json"
@@ -40,7 +41,6 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     Plans of the model built earlier into the same folder (for the same pair) and not named
     in ``names`` are kept, so a plan can be added or rebuilt on its own."""
     from .. import compile as codl_compile
-    from ..plan import write_json_atomic
     from .bench import plan_all, plan_key
     from .opgraph import build_graph
     from .search import Evaluator
@@ -64,7 +64,9 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
         key = plan_key(res.plan)
         rep = reps.setdefault(key, name)
         if rep == name:
-            codl_compile(mod, pair, res.plan).export(out / model / name, weights=False)
+            # the bundle's own artifact of an earlier build of this plan is replaced
+            codl_compile(mod, pair, res.plan).export(out / model / name, weights=False,
+                                                     overwrite=True)
         res.plan.save(out / model / f"{name}.plan.json")
         entry["plans"][name] = {
             "predicted_ms": res.predicted_us / 1e3, "key": key,
@@ -72,7 +74,7 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
             "gpu_mem_mb": res.memory["gpu_bytes"] / 2**20,
         } | ({"same_as": rep} if rep != name else {})
     index[model] = entry
-    write_json_atomic(index_path, index)
+    write_json(index_path, index)
     return entry
 
 
@@ -125,11 +127,7 @@ def run(root: str | Path, output: str | Path, rounds: int = 15, deadline_s: floa
 
 
 def _write_json(path: Path, doc: Any) -> None:
-    """Atomic JSON write (``codl_tvm.plan.write_json_atomic`` needs TVM's compiler)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json(path, doc, dumps=lambda d: json.dumps(d, indent=1) + "\n")
 
 
 def _warm(root: Path, index: dict[str, Any], jobs: int) -> None:

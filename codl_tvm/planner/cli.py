@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..commands import Command, add_pair_arguments
+from ..outputs import check_output_file, write_json
 from .strategies import STRATEGIES
 
 
@@ -28,9 +28,14 @@ def _load(args: argparse.Namespace, out: str | None):
     path = model_path(args.model, args.input_shape)
     mod = load_model(str(path))
     pair = DevicePair.parse(args.pair, arch=args.arch)
-    cache = args.cache or str(Path(out or ".").resolve().parent /
-                              f"costs-{Path(args.model).stem}-{pair.name}.csv")
+    cache = args.cache or str(cache_folder(out) / f"costs-{Path(args.model).stem}-{pair.name}.csv")
     return mod, pair, cache
+
+
+def cache_folder(out: str | None) -> Path:
+    """Where the measured-costs cache goes by default: beside the command's output file,
+    else the working directory (never above it)."""
+    return Path(out).resolve().parent if out else Path.cwd()
 
 
 def _add_plan(p: argparse.ArgumentParser) -> None:
@@ -49,7 +54,8 @@ def _run_plan(args: argparse.Namespace) -> int:
         want = "measured" if STRATEGIES[args.strategy].measured else args.predictor
         costs = resolve_costs(want, pair, mod, cache)
     result = make_plan(mod, args.strategy, costs)
-    result.plan.save(args.output)
+    result.plan.save(args.output, inputs=[path for path in (args.model, args.predictor, cache)
+                                          if path and Path(path).exists()])
     print(format_table(plan_rows(mod, result.plan),
                        ["op", "kind", "out", "place", "dim", "ratio", "chain"]))
     src = costs.label if costs is not None else "no costs"
@@ -82,6 +88,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown plan(s) {unknown}; known: {', '.join(STRATEGIES)}")
     mod, pair, cache = _load(args, args.json)
+    if args.json:
+        check_output_file(args.json, [args.model])
     remote = ({"rpc": args.rpc, "tracker": args.rpc_tracker, "key": args.rpc_key}
               if args.rpc or args.rpc_tracker else None)
     needs = [n for n in names if n not in ("cpu-only", "gpu-only")]
@@ -101,7 +109,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     rows = bench(mod, pair, names, costs, oracle, rounds=args.rounds, session=session)
     print(format_rows(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        write_json(args.json, rows, [args.model])
     return 0
 
 

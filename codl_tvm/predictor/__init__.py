@@ -13,24 +13,30 @@ scikit-learn estimators fitted on profiler sample rows, saved as plain JSON.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from codl_tvm.predictor.base import (
-    FORMAT_VERSION,
-    REGISTRY,
-    BasePredictor,
-    OutOfRangeWarning,
-    PredictorFileError,
-    load,
-)
-from codl_tvm.predictor.baselines import EOPPredictor, FlopsPredictor
-from codl_tvm.predictor.codl import CoDLPredictor
-from codl_tvm.predictor.gbdt import GBDTPredictor
-from codl_tvm.predictor.opspec import OpSpec
+if TYPE_CHECKING:
+    from codl_tvm.predictor.base import BasePredictor
 
 KINDS: tuple[str, ...] = ("codl", "flops", "eop", "gbdt")
+
+# public name -> submodule, loaded on first use (scikit-learn takes a second to import, and
+# the command line's --help must not wait for it)
+_LAZY = {
+    "FORMAT_VERSION": "base", "BasePredictor": "base", "OutOfRangeWarning": "base",
+    "PredictorFileError": "base", "load": "base", "EOPPredictor": "baselines",
+    "FlopsPredictor": "baselines", "CoDLPredictor": "codl", "GBDTPredictor": "gbdt",
+    "OpSpec": "opspec",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "FORMAT_VERSION", "KINDS", "BasePredictor", "CoDLPredictor", "EOPPredictor",
@@ -41,9 +47,12 @@ __all__ = [
 
 def make(kind: str, **params: Any) -> BasePredictor:
     """An unfitted predictor of ``kind``."""
-    if kind not in REGISTRY:
+    from codl_tvm.predictor.base import registry
+
+    kinds = registry()
+    if kind not in kinds:
         raise ValueError(f"unknown predictor kind {kind!r}; known: {list(KINDS)}")
-    return REGISTRY[kind](**params)
+    return kinds[kind](**params)
 
 
 def _rows(samples: str | Path | Sequence[dict[str, Any]], pair: str | None) -> list[dict]:
@@ -68,7 +77,7 @@ def train(
         # the command is not stored: kind and samples give it (``train_command``; 2 KB files)
         predictor.trained_on_ = {"samples": Path(samples).name, "rows": len(rows)}
     if output is not None:
-        predictor.save(output)
+        predictor.save(output, inputs=(samples,) if isinstance(samples, (str, Path)) else ())
     return predictor
 
 
@@ -81,6 +90,7 @@ def report(
     Samples of another device pair than the predictor's are refused.
     """
     from codl_tvm.predictor.accuracy import report as _report
+    from codl_tvm.predictor.base import load
 
     pred = load(predictor) if isinstance(predictor, (str, Path)) else predictor
     return _report(pred, _rows(samples, pred.pair_))
@@ -99,5 +109,7 @@ def default_for(pair: Any) -> BasePredictor | None:
     name = pair if isinstance(pair, str) else getattr(pair, "name", None)
     if not name:
         raise ValueError(f"not a device pair or pair name: {pair!r}")
+    from codl_tvm.predictor.base import load
+
     path = DATA_DIR / f"predictor-{name}.json"
     return load(path) if path.is_file() else None

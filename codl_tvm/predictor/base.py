@@ -17,6 +17,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
+from ..outputs import write_text
+
 # 2: roles of one trained range share one entry ("cpu,gpu"); 3: a codl file leaves its tied
 # units out (0, derived at load from their source models, ``ties.py``)
 FORMAT_VERSION = 3
@@ -24,6 +26,18 @@ READS_VERSIONS = (1, 2, 3)
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
 _range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}
+# modules whose classes register a kind (imported on demand, so the package imports light)
+KIND_MODULES = ("codl_tvm.predictor.baselines", "codl_tvm.predictor.codl",
+                "codl_tvm.predictor.gbdt")
+
+
+def registry() -> dict[str, type[BasePredictor]]:
+    """Every predictor kind, by name."""
+    import importlib
+
+    for name in KIND_MODULES:
+        importlib.import_module(name)
+    return REGISTRY
 
 
 class PredictorFileError(ValueError):
@@ -291,8 +305,9 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         """Bytes of the compact JSON document (all the predictor is)."""
         return len(compact_json(self.to_json()))
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(compact_json(self.to_json()))
+    def save(self, path: str | Path, inputs: tuple[str | Path, ...] = ()) -> None:
+        """Write the predictor JSON atomically; ``path`` may not be one of ``inputs``."""
+        write_text(path, compact_json(self.to_json()), inputs)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BasePredictor:
@@ -321,7 +336,7 @@ def load(path: str | Path) -> BasePredictor:
         raise PredictorFileError(f"{path}: not a predictor JSON file ({err})") from None
     if not isinstance(doc, dict) or "kind" not in doc:
         raise PredictorFileError(f"{path}: not a predictor file (no 'kind')")
-    if doc["kind"] not in REGISTRY:
+    if doc["kind"] not in registry():
         raise PredictorFileError(
             f"{path}: unknown predictor kind {doc['kind']!r}; known: {sorted(REGISTRY)}"
         )

@@ -14,8 +14,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from codl_tvm.outputs import check_output_file
     from codl_tvm.predictor import train
 
+    check_output_file(args.output, [args.samples])  # before fitting
     p = train(args.samples, kind=args.kind, output=args.output)
     print(json.dumps({"kind": p.kind, "pair": p.pair_, "size_bytes": p.size_bytes,
                       "output": args.output}))  # fmt: skip
@@ -51,13 +53,15 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from codl_tvm.outputs import check_output_file
     from codl_tvm.predictor import load
     from codl_tvm.profiler import read_samples
 
+    check_output_file(args.output, [args.predictor, args.samples])
     pred = load(args.predictor)
     rows = read_samples(args.samples, pair=pred.pair_)
     pred.calibrate(rows)
-    pred.save(args.output)
+    pred.save(args.output, inputs=(args.predictor, args.samples))
     print(json.dumps({"pair": pred.pair_, "speed": pred.speed_, "samples": len(rows),
                       "output": args.output}))  # fmt: skip
     return 0

@@ -32,6 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
+from codl_tvm.outputs import BUNDLE_FORMAT, atomic_folder
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
 from codl_tvm.profiler.kernels import build_role_module, build_transfer_module, compile_module
 from codl_tvm.profiler.measure import (
@@ -65,17 +66,21 @@ def build_bundle(
     batch_size: int = 48,
     max_bytes: int = 40 << 20,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Compile ``jobs`` for ``pair`` into ``out_dir``; returns the manifest.
 
     Stops adding libraries once the folder would pass ``max_bytes`` (the rest is reported in
     the manifest's ``left_out``). The folder is written under a temporary name and renamed at
-    the end, so a failed build leaves no half bundle behind.
+    the end, so a failed build leaves no half bundle behind; an existing bundle is replaced
+    only with ``overwrite`` (:func:`codl_tvm.outputs.atomic_folder`).
     """
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    with atomic_folder(out_dir, overwrite=overwrite) as tmp:
+        return _fill_bundle(tmp, pair, jobs, batch_size, max_bytes, progress)
+
+
+def _fill_bundle(tmp: Path, pair: DevicePair, jobs: Sequence[Job], batch_size: int,
+                 max_bytes: int, progress: bool) -> dict[str, Any]:
     batches = interleave_batches(plan_batches(jobs, batch_size))
     libs: list[dict[str, Any]] = []
     total = 0
@@ -93,6 +98,7 @@ def build_bundle(
         total += (tmp / name).stat().st_size
         libs.append(_lib_doc(name, role, pair, entries))
     manifest = {
+        "format": BUNDLE_FORMAT,
         "version": MANIFEST_VERSION,
         "pair": pair.to_json(),
         "cuda_arch": pair.gpu_spec.get("arch") if pair.gpu_spec["kind"] == "cuda" else None,
@@ -110,8 +116,6 @@ def build_bundle(
             stacklevel=2,
         )
     (tmp / "manifest.json").write_text(json.dumps(manifest))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
     return manifest
 
 
@@ -131,7 +135,8 @@ def _lib_doc(name: str, role: str | None, pair: DevicePair, entries: list) -> di
 JOIN_FIELDS = ("version", "pair", "cuda_arch", "columns", "key_columns")
 
 
-def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path) -> dict[str, Any]:
+def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path,
+                 overwrite: bool = False) -> dict[str, Any]:
     """One bundle of the libraries of ``bundles`` (built for one pair); returns its manifest.
 
     Library ``libN.so`` of the i-th bundle becomes ``b{i}_libN.so``, and the libraries of
@@ -155,26 +160,23 @@ def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path) -> dict[str
                     raise ValueError(f"row {dict(zip(m['key_columns'], key, strict=True))} is "
                                      f"in both {seen[key]} and {b}")  # fmt: skip
                 seen[key] = str(b)
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    renamed = []
-    for i, (b, m) in enumerate(zip(bundles, mans, strict=True)):
-        libs = []
-        for lib in m["libs"]:
-            name = f"b{i}_{lib['file']}"
-            shutil.copyfile(Path(b) / lib["file"], tmp / name)
-            libs.append(dict(lib, file=name))
-        renamed.append(libs)
-    left_by = {r: sum(m["left_out_by"].get(r, 0) for m in mans) for r in ("gpu", "cpu", "copy")}
-    manifest = {**{f: mans[0][f] for f in JOIN_FIELDS}, "libs": interleave(renamed),
-                "size_bytes": sum(m["size_bytes"] for m in mans),
-                "left_out": sum(left_by.values()), "left_out_by": left_by,
-                "joined": [str(b) for b in bundles]}  # fmt: skip
-    (tmp / "manifest.json").write_text(json.dumps(manifest))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    with atomic_folder(out_dir, inputs=bundles, overwrite=overwrite) as tmp:
+        renamed = []
+        for i, (b, m) in enumerate(zip(bundles, mans, strict=True)):
+            libs = []
+            for lib in m["libs"]:
+                name = f"b{i}_{lib['file']}"
+                shutil.copyfile(Path(b) / lib["file"], tmp / name)
+                libs.append(dict(lib, file=name))
+            renamed.append(libs)
+        left_by = {r: sum(m["left_out_by"].get(r, 0) for m in mans)
+                   for r in ("gpu", "cpu", "copy")}
+        manifest = {**{f: mans[0][f] for f in JOIN_FIELDS}, "format": BUNDLE_FORMAT,
+                    "libs": interleave(renamed),
+                    "size_bytes": sum(m["size_bytes"] for m in mans),
+                    "left_out": sum(left_by.values()), "left_out_by": left_by,
+                    "joined": [str(b) for b in bundles]}  # fmt: skip
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
     return manifest
 
 

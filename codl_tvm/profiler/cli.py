@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codl_tvm.outputs import check_output_file
+
+    check_output_file(args.output, [p for p in (args.bundle, *(args.workload or [])) if p])
     if args.bundle:
         from codl_tvm.profiler.bundle_runner import run_bundle
 
@@ -93,13 +96,16 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shares", help="comma-separated shares per processor (0.1..1.0)")
     _add_sampling_arguments(parser)
     parser.add_argument("--max-mib", type=float, default=40.0, help="bundle size cap")
-    parser.add_argument("-o", "--output", required=True, help="bundle folder")
+    parser.add_argument("-o", "--output", required=True, help="bundle folder to create")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUTPUT if it is an existing codl-tvm bundle")
 
 
 def run_bundle_build(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from codl_tvm.device import DevicePair
+    from codl_tvm.outputs import check_output_folder
     from codl_tvm.profiler import make_jobs
     from codl_tvm.profiler.bundle import build_bundle
 
@@ -109,7 +115,9 @@ def run_bundle_build(args: argparse.Namespace) -> int:
     shares = [float(x) for x in args.shares.split(",")] if args.shares else None
     jobs = make_jobs(args.quick, args.workload, max_flops=args.max_flops, seed=args.seed,
                      shares=shares, **_sampling_options(args))  # fmt: skip
-    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)))
+    check_output_folder(args.output, args.workload, args.overwrite)  # before compiling
+    man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)),
+                       overwrite=args.overwrite)
     n = sum(len(lib["entries"]) for lib in man["libs"])
     print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],
                       "left_out": man["left_out"], "left_out_by": man["left_out_by"],
@@ -121,6 +129,8 @@ def add_join_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``codl-tvm profile-join`` (= ``python -m codl_tvm.profiler join``)."""
     parser.add_argument("bundles", nargs="+", help="bundle folders built for one pair")
     parser.add_argument("-o", "--output", required=True, help="the joined bundle's folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUTPUT if it is an existing codl-tvm bundle")
 
 
 def run_join(args: argparse.Namespace) -> int:
@@ -128,7 +138,7 @@ def run_join(args: argparse.Namespace) -> int:
     from codl_tvm.profiler.bundle import join_bundles
 
     try:
-        man = join_bundles(args.bundles, args.output)
+        man = join_bundles(args.bundles, args.output, overwrite=args.overwrite)
     except ValueError as err:
         raise SystemExit(f"join: {err}") from None
     n = sum(len(lib["entries"]) for lib in man["libs"])

@@ -112,9 +112,9 @@ def summarize(visits: Sequence[Sequence[float]]) -> dict[str, Any]:
 def resummarize(src: str | Path, dst: str | Path) -> dict[str, int]:
     """Rewrite ``latency_us`` of every row of >= 2 rounds with :func:`sample_estimate`.
 
-    For samples files written while the sample was the median of its visits (before session 6):
-    ``round_us`` keeps each visit's estimate, so the new summary needs no new measurement. The
-    output is written to a temporary file first and replaces ``dst`` at once.
+    For samples files written while the sample was the median of its visits: ``round_us``
+    keeps each visit's estimate, so the new summary needs no new measurement. The output is
+    written to a temporary file first and replaces ``dst`` at once; ``dst`` may not be ``src``.
     """
     with open(src, newline="") as fh:
         reader = csv.DictReader(fh)
@@ -129,7 +129,10 @@ def resummarize(src: str | Path, dst: str | Path) -> dict[str, int]:
             changed += new != row["latency_us"]
             row["latency_us"] = new
     dst = Path(dst)
-    tmp = dst.with_name(dst.name + ".tmp")
+    if dst.resolve() == Path(src).resolve():
+        raise ValueError(f"output {dst} is the input; name another file")
+    # this file runs where only numpy and the TVM runtime are (no codl_tvm.outputs)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     with tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, columns)
         writer.writeheader()

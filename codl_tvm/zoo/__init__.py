@@ -78,6 +78,25 @@ def build(
     return model
 
 
+def resolve(model: str | os.PathLike, *, batch: int = 1, input_shape=None) -> Path:
+    """The ONNX file a command's MODEL names: an existing file, or a zoo model's cached file
+    (built on first use with ``batch`` and ``input_shape``).
+
+    Raises
+    ------
+    ValueError
+        ``model`` is neither an existing file nor a zoo model name (the message lists both).
+    """
+    path = Path(model)
+    if path.exists():
+        return path
+    if str(model) in list_models():
+        return get(str(model), batch=batch, input_shape=tuple(input_shape) if input_shape else
+                   None)
+    raise ValueError(f"model {str(model)!r}: no such ONNX file, and not a zoo model "
+                     f"(zoo: {', '.join(list_models())})")
+
+
 def get(
     name: str, *, batch: int = 1, input_shape=None, cache_dir: str | os.PathLike | None = None,
     **config: Any,
