@@ -264,6 +264,8 @@ def _split_share(cost, spec: OpSpec, dim: str, ratio: float) -> tuple[float, flo
         return pre, post
     if dim == "H":
         pre += cost("slice", "gpu", cpu.in_bytes) + cost("slice", "gpu", gpu.in_bytes)
+    if spec.joins_in_place(dim):
+        return pre, post
     return pre, post + cost("concat", "gpu", spec.out_bytes)
 
 

@@ -5,6 +5,7 @@ are checked against the unsplit model in test_stage_cross_device_copies.py (same
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 from test_stage_cross_device_copies import PAIR, conv_model, extern_calls, rel_err
 from tvm import relax
@@ -35,3 +36,16 @@ def test_row_split_keeps_the_concatenate_kernel():
     exe = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, "H", 0.6))
     assert [k for k in kernels(exe) if k.startswith("concatenate")]
     assert VIEW not in extern_calls(exe)
+
+
+@pytest.mark.parametrize("oc,dim", [(16, "OC"), (16, "H"), (1, "H")])
+def test_the_cost_models_know_which_splits_join_in_place(oc, dim):
+    """Planner, explain and the sharing model skip the concat cost exactly where the pass
+    drops the kernel (OpSpec.joins_in_place)."""
+    from codl_tvm.explain import model_op_specs
+
+    mod = conv_model(8, oc, 10, 3, 1, 1)
+    exe = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, dim, 0.6))
+    (spec,) = [s for _, s in model_op_specs(mod, "m") if s is not None and s.kind == "conv2d"]
+    dropped = not [k for k in kernels(exe) if k.startswith("concatenate")]
+    assert spec.joins_in_place(dim) == dropped

@@ -151,7 +151,8 @@ class Evaluator:
             if gpu_in < head.in_bytes * rep:
                 share += self.share("slice", "gpu", gpu_in)
         share += self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep)
-        share += self.share("concat", "gpu", last.out_bytes)
+        if rep > 1 or last.spec is None or not last.spec.joins_in_place(dim):
+            share += self.share("concat", "gpu", last.out_bytes)
         return UnitCost(t["cpu"], t["gpu"], share)
 
 

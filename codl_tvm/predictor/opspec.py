@@ -222,6 +222,12 @@ class OpSpec:
             return self.out_h
         return self.groups if self.groups > 1 else self.OC
 
+    def joins_in_place(self, dim: str) -> bool:
+        """Whether the two parts of a ``dim`` split are contiguous blocks of the (batch-1,
+        NCHW) output, which ``WriteSplitOutputsInPlace`` writes without a concat kernel:
+        channel blocks, or row blocks of a one-channel output."""
+        return dim == "OC" or self.OC == 1
+
     def part(self, role: str, dim: str, ratio: float) -> OpSpec | None:
         """The sub-op ``role`` ("gpu" or "cpu") runs; None when its share is empty."""
         total = self.units(dim)

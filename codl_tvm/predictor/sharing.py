@@ -91,6 +91,8 @@ class SharingModel:
             total += self.cost("slice", "gpu", cpu.in_bytes) + self.cost(
                 "slice", "gpu", gpu.in_bytes
             )
+        if spec.joins_in_place(dim):  # the parts are written into the output directly
+            return total
         return total + self.cost("concat", "gpu", spec.out_bytes)
 
     def to_json(self) -> dict[str, Any]:
