@@ -11,7 +11,7 @@ import tvm
 
 from ..device import DevicePair
 from ..plan import Chain, OpPlacement, Plan
-from .costs import CostSource, MeasuredCosts, PredictorCosts
+from .costs import CostSource, MeasuredCosts, PredictorCosts, SerialCosts
 from .memory import layout_memory
 from .opgraph import ModelGraph, build_graph
 from .search import Evaluator, Layout, ideal_us, layout_cost
@@ -150,7 +150,17 @@ def _dims_of(mg: ModelGraph, spec) -> set[str]:
 def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None = None,
                   cache: str | Path | None = None,
                   remote: dict[str, Any] | None = None) -> CostSource | None:
-    """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default."""
+    """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default.
+
+    On a pair whose roles share the host's cores the source is wrapped in
+    :class:`~codl_tvm.planner.costs.SerialCosts`: co-execution cannot gain there.
+    """
+    costs = _resolve_costs(predictor, pair, mod, cache, remote)
+    return SerialCosts(costs) if costs is not None and pair.is_cpu_only else costs
+
+
+def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None,
+                   cache: str | Path | None, remote: dict[str, Any] | None) -> CostSource | None:
     if predictor == "measured":
         if mod is None or cache is None:
             raise ValueError("measured costs need the model and a cache file")

@@ -127,7 +127,7 @@ def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> 
 def _is_measured(costs) -> bool:
     from .costs import MeasuredCosts
 
-    return isinstance(costs, MeasuredCosts)
+    return isinstance(getattr(costs, "costs", costs), MeasuredCosts)  # SerialCosts wraps
 
 
 COMMANDS = {

@@ -77,6 +77,35 @@ class PredictorCosts:
             return False
 
 
+class SerialCosts:
+    """``costs`` of a pair whose two roles compute on the same cores (the ``cpu-pair``): a
+    split's parts then run one after the other, so a unit costs the sum of its parts, not the
+    slower one, and co-execution gains nothing."""
+
+    concurrent = False
+
+    def __init__(self, costs: CostSource) -> None:
+        self.costs = costs
+        self.label = f"{costs.label}, roles on shared cores"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return self.costs.kernel_us(role, sub)
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return self.costs.sharing_us(op, role, nbytes)
+
+    def in_model(self, footprint_bytes: int) -> SerialCosts:
+        return SerialCosts(in_model(self.costs, footprint_bytes))
+
+    def in_range(self, sub: OpSpec) -> bool:
+        return trusted(self.costs, sub)
+
+
+def concurrent(costs: CostSource) -> bool:
+    """Whether the two roles of the costs' pair compute at the same time."""
+    return getattr(costs, "concurrent", True)
+
+
 @dataclass
 class AnalyticCosts:
     """Roofline-free analytic times: FLOPs over a throughput plus a launch cost per kernel;

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from ..geometry import row_part, split_count
 from ..predictor.opspec import OpSpec
-from .costs import CostSource, in_model, trusted
+from .costs import CostSource, concurrent, in_model, trusted
 from .nodes import OpNode, footprint_bytes
 
 ROLES = ("gpu", "cpu")
@@ -28,10 +28,12 @@ class UnitCost:
     cpu_us: float
     gpu_us: float
     share_us: float
+    concurrent: bool = True  # False: the roles share cores, the parts run one after another
 
     @property
     def total_us(self) -> float:
-        return self.share_us + max(self.cpu_us, self.gpu_us)
+        both = max(self.cpu_us, self.gpu_us) if self.concurrent else self.cpu_us + self.gpu_us
+        return self.share_us + both
 
 
 @dataclass
@@ -153,7 +155,7 @@ class Evaluator:
         share += self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep)
         if rep > 1 or last.spec is None or not last.spec.joins_in_place(dim):
             share += self.share("concat", "gpu", last.out_bytes)
-        return UnitCost(t["cpu"], t["gpu"], share)
+        return UnitCost(t["cpu"], t["gpu"], share, concurrent(self.costs))
 
 
 # ---- section 4.1: per-op plans --------------------------------------------------------------
@@ -286,11 +288,16 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
 
 
 def ideal_us(ev: Evaluator, nodes: list[OpNode]) -> float:
-    """Sum over ops of 1 / (1/T_cpu + 1/T_gpu): perfect sharing, no overhead."""
+    """Sum over ops of 1 / (1/T_cpu + 1/T_gpu): perfect sharing, no overhead (the faster
+    role alone where the roles share cores)."""
     total = 0.0
+    together = concurrent(ev.costs)
     for n in nodes:
         c, g = ev.whole(n, "cpu"), ev.whole(n, "gpu")
-        total += c * g / (c + g) if c > 0 and g > 0 else max(c, g)
+        if c > 0 and g > 0:
+            total += c * g / (c + g) if together else min(c, g)
+        else:
+            total += max(c, g)
     return total
 
 
