@@ -56,7 +56,8 @@ def build(args: argparse.Namespace) -> int:
     if not args.oracle_samples and not args.no_oracle_bundle:
         from codl_tvm.profiler.bundle import build_bundle
 
-        build_bundle(pair, jobs, out / "oracle-bundle", max_bytes=args.bundle_mb << 20)
+        build_bundle(pair, jobs, out / "oracle-bundle", max_bytes=args.bundle_mb << 20,
+                     overwrite=True)  # this script's own folder, rebuilt
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     if args.pack:
         import tarfile

@@ -77,3 +77,19 @@ def test_staged_splits_equal_the_unsplit_model_run_after_run(c, oc, h, k, stride
         x = rng.standard_normal((1, c, h, h + 1)).astype("float32")
         assert rel_err(exe.run({"x": x})[0], ref_exe.run({"x": x})[0]) <= 1e-5
 
+
+
+def test_outputs_are_never_staging_buffers():
+    """A copy whose result main returns keeps TVM's to_device: a staging buffer is reused by
+    the next run, so an output held by the caller would change under it."""
+    mod = conv_model(4, 8, 6, 3, 1, 1)
+    plan = codl_tvm.Plan.single(mod, "gpu")
+    plan.io_device = "cpu"  # inputs and outputs on the CPU, the op on the GPU
+    exe = codl_tvm.compile(mod, PAIR, plan)
+    assert TO_DEVICE in extern_calls(exe)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 4, 6, 7)).astype("float32") for _ in range(2)]
+    first = exe.runner.vm["main"](*exe.runner._args({"x": xs[0]}))
+    kept = first.numpy().copy()
+    exe.runner.vm["main"](*exe.runner._args({"x": xs[1]}))
+    np.testing.assert_array_equal(first.numpy(), kept)
