@@ -123,6 +123,7 @@ def atomic_folder(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] =
     out = check_output_folder(path, inputs, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    _as_created(tmp, 0o777)
     try:
         yield tmp
         _swap_in(tmp, out)
@@ -160,12 +161,21 @@ def atomic_file(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (
     fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".tmp{suffix}")
     os.close(fd)
     tmp = Path(name)
+    _as_created(tmp, 0o666)
     try:
         yield tmp
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _as_created(path: Path, mode: int) -> None:
+    """Give a temporary file or folder the mode a plain create would (the umask's), not the
+    private 0600 / 0700 of ``tempfile``: the output is the user's, not a secret."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, mode & ~umask)
 
 
 def write_text(path: str | os.PathLike, text: str,

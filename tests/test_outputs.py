@@ -201,3 +201,15 @@ def test_file_writes_are_atomic(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
     with pytest.raises(outputs.OutputError, match="is a folder"):
         outputs.write_text(tmp_path, "x")
+
+
+def test_outputs_get_the_users_usual_modes(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        outputs.write_text(tmp_path / "f.json", "{}")
+        with outputs.atomic_folder(tmp_path / "d") as tmp:
+            (tmp / "x").write_text("x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
