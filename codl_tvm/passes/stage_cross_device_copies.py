@@ -31,18 +31,30 @@ from ..device import ROLES, vdevice_index
 STAGING_ATTR = "codl.staging_params"
 TO_DEVICE = "vm.builtin.to_device"
 COPY = "runtime.TVMTensorCopyFromTo"
-_ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
-_ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
-_KILL = tvm.ir.Op.get("relax.vm.kill_object")
+# the VM-level ops and calls both post-lowering passes match (WriteSplitOutputsInPlace too)
+ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
+KILL = tvm.ir.Op.get("relax.vm.kill_object")
+
+
+def is_op(value: relax.Expr, op: tvm.ir.Op) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(op)
+
+
+def is_extern(value: relax.Expr, symbol: str) -> bool:
+    """``value`` calls the packed function ``symbol``."""
+    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
+            and value.op.global_symbol == symbol)
+
+
+def tensor_bytes(shape: list[int], dtype: str) -> int:
+    nbytes = tvm.DataType(dtype).bits // 8
+    for d in shape:
+        nbytes *= int(d)
+    return nbytes
 
 
 def _is_to_device(value: relax.Expr) -> bool:
-    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
-            and value.op.global_symbol == TO_DEVICE and value.args[3].value == "global")
-
-
-def _is_op(value: relax.Expr, op: tvm.ir.Op) -> bool:
-    return isinstance(value, relax.Call) and value.op.same_as(op)
+    return is_extern(value, TO_DEVICE) and value.args[3].value == "global"
 
 
 def _returned(body: relax.Expr) -> set[relax.Var]:
@@ -92,14 +104,14 @@ class _Stager:
 
     def _cpu_kernel_output(self, var: relax.Expr) -> bool:
         alloc = self.defs.get(var)
-        return (var not in self.keep and _is_op(alloc, _ALLOC_TENSOR)
+        return (var not in self.keep and is_op(alloc, ALLOC_TENSOR)
                 and int(alloc.args[4].value) == self.cpu and var not in self.alias)
 
     def rewrite(self) -> list[relax.Binding]:
         out: list[relax.Binding] = []
         for b in self.bindings:
             value = self._renamed(b.value)
-            if b.var in self.drop or (_is_op(value, _KILL) and (
+            if b.var in self.drop or (is_op(value, KILL) and (
                     value.args[0] in self.drop or value.args[0] in self.alias)):
                 continue
             if b.var in self.alias and _is_to_device(value):  # GPU -> CPU
@@ -123,9 +135,7 @@ class _Stager:
         dev = vdevice_index(self.vdevices, call.attrs.dst_vdevice)
         ty = old.ty
         var = self.rename[old] = relax.Var(old.name, relax.TensorType(ty.shape, ty.dtype))
-        nbytes = tvm.DataType(ty.dtype).bits // 8
-        for d in ty.shape.values:
-            nbytes *= int(d)
+        nbytes = tensor_bytes(ty.shape.values, str(ty.dtype))
         storage = relax.Var("codl_upload_storage", relax.ObjectType())
         return [
             relax.VarBinding(storage, vm_op.alloc_storage(

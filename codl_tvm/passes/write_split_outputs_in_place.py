@@ -16,21 +16,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .stage_cross_device_copies import COPY
+from .stage_cross_device_copies import ALLOC_TENSOR, COPY, KILL, is_extern, is_op, tensor_bytes
 
 VIEW = "runtime.TVMTensorCreateView"
-_ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
-_ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
-_KILL = tvm.ir.Op.get("relax.vm.kill_object")
-
-
-def _is_op(value: relax.Expr, op: tvm.ir.Op) -> bool:
-    return isinstance(value, relax.Call) and value.op.same_as(op)
-
-
-def _is_copy(value: relax.Expr) -> bool:
-    return (isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc)
-            and value.op.global_symbol == COPY)
 
 
 def _shape(alloc: relax.Call) -> list[int]:
@@ -44,8 +32,7 @@ def _view(base: relax.Var, alloc: relax.Call, offset_bytes: int) -> relax.Call:
 
 
 class _InPlace:
-    def __init__(self, mod: tvm.IRModule, func: relax.Function):
-        self.mod = mod
+    def __init__(self, func: relax.Function):
         self.bindings = [b for block in func.body.blocks for b in block.bindings]
         self.defs = {b.var: b.value for b in self.bindings}
         self.uses: dict[relax.Var, list[relax.Binding]] = {}
@@ -63,49 +50,46 @@ class _InPlace:
             return None
         head, tail, out = v.args
         allocs = [self.defs.get(x) for x in (head, tail, out)]
-        if not all(_is_op(a, _ALLOC_TENSOR) for a in allocs):
+        if not all(is_op(a, ALLOC_TENSOR) for a in allocs):
             return None
         shapes = [_shape(a) for a in allocs]
         axes = [i for i, (p, q) in enumerate(zip(shapes[0], shapes[2])) if p != q]
         if len(axes) != 1 or any(d != 1 for d in shapes[2][: axes[0]]):
             return None
         # the tail is written only by one copy (a kernel would reject a view's byte offset)
-        writers = [u for u in self.uses.get(tail, []) if not _is_op(u.value, _KILL)
+        writers = [u for u in self.uses.get(tail, []) if not is_op(u.value, KILL)
                    and not u.var.same_as(b.var)]
-        if len(writers) != 1 or not _is_copy(writers[0].value) or not (
+        if len(writers) != 1 or not is_extern(writers[0].value, COPY) or not (
                 writers[0].value.args[1].same_as(tail)):
             return None
         return head, tail, out
 
     def rewrite(self) -> list[relax.Binding] | None:
-        plans = [p for p in map(self._concat_parts, self.bindings) if p is not None]
-        if not plans:
+        found = {b.var: p for b in self.bindings if (p := self._concat_parts(b)) is not None}
+        if not found:
             return None
         drop: set[relax.Var] = set()  # bindings removed (by their var)
         before: dict[relax.Var, list[relax.Binding]] = {}  # out's allocation moves here
         replace: dict[relax.Var, relax.Expr] = {}
-        for head, tail, out in plans:
+        for head, tail, out in found.values():
             out_alloc = self.defs[out]
             storage = out_alloc.args[0]
-            kills = [u for u in self.uses.get(storage, []) if _is_op(u.value, _KILL)]
+            kills = [u for u in self.uses.get(storage, []) if is_op(u.value, KILL)]
             moved = [b for b in self.bindings if b.var in (storage, out)] + kills
             drop.update(b.var for b in moved)
             before[head] = moved
             head_alloc = self.defs[head]
             replace[head] = _view(out, head_alloc, 0)
-            nbytes = tvm.DataType(head_alloc.args[3].value).bits // 8
-            for d in _shape(head_alloc):
-                nbytes *= d
+            nbytes = tensor_bytes(_shape(head_alloc), str(head_alloc.args[3].value))
             replace[tail] = _view(out, self.defs[tail], nbytes)
             drop.update(self._storage_of(head) + self._storage_of(tail))
-        concat_vars = {b.var for b in self.bindings if self._concat_parts(b) is not None}
         out_bindings: list[relax.Binding] = []
         for b in self.bindings:
             if b.var in before:
                 out_bindings += before[b.var]
             if b.var in replace:
                 out_bindings.append(relax.VarBinding(b.var, replace[b.var]))
-            elif b.var not in drop and b.var not in concat_vars:
+            elif b.var not in drop and b.var not in found:
                 out_bindings.append(b)
         return out_bindings
 
@@ -113,8 +97,8 @@ class _InPlace:
         """The storage var of ``var``'s allocation and its kill, when only it used them."""
         storage = self.defs[var].args[0]
         users = self.uses.get(storage, [])
-        if all(u.var.same_as(var) or _is_op(u.value, _KILL) for u in users):
-            return [storage] + [u.var for u in users if _is_op(u.value, _KILL)]
+        if all(u.var.same_as(var) or is_op(u.value, KILL) for u in users):
+            return [storage] + [u.var for u in users if is_op(u.value, KILL)]
         return []
 
 
@@ -127,7 +111,7 @@ class WriteSplitOutputsInPlace:
         func = mod[gv]
         if not isinstance(func.body, relax.SeqExpr):
             return mod
-        bindings = _InPlace(mod, func).rewrite()
+        bindings = _InPlace(func).rewrite()
         if bindings is None:
             return mod
         body = relax.SeqExpr([relax.BindingBlock(bindings)], func.body.body)
