@@ -38,14 +38,20 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm import zoo
     from codl_tvm.planner import MeasuredCosts, build_graph, bundle, predictor_costs
     from codl_tvm.planner.api import oracle_jobs
+    from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
     pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     costs = predictor_costs(args.predictor) if args.predictor else None
-    oracle = (MeasuredCosts(read_samples(args.oracle_samples), "measured on the H100")
-              if args.oracle_samples else None)
+    oracle = None
+    if args.oracle_samples:
+        rows = read_samples(args.oracle_samples)
+        if args.sharing_samples:  # copies measured since: they replace the oracle's
+            rows = [r for r in rows if r["op"] not in SHARING_KINDS] + [
+                r for r in read_samples(args.sharing_samples) if r["op"] in SHARING_KINDS]
+        oracle = MeasuredCosts(rows, "measured on the target")
     jobs = []
     for model in args.models.split(","):
         t0 = time.time()
@@ -78,6 +84,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def report(args: argparse.Namespace) -> int:
+    """The issue's result file and BENCH.md's table from a runner's ``{model: rows}``."""
+    import json
+
+    from codl_tvm.outputs import write_json
+
+    by_model = json.loads(Path(args.runs).read_text())
+    rows = [{"model": m, **r} for m, rs in by_model.items() for r in rs]
+    doc = {"sms": args.sms, "gpu": args.gpu, "rows": rows}
+    write_json(args.output, doc, dumps=lambda d: json.dumps(d, indent=1) + "\n")
+    print(markdown_table(rows))
+    return 0
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Per model: the single processors' latency, every strategy's speedup over the best of
+    them, and codl's share of the ideal gain and latency against the oracle's."""
+    strategies = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
+    head = ["model", "CPU ms", "GPU ms", *strategies, "codl ideal_share", "codl / oracle"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = {r["plan"]: r for r in rows if r["model"] == model}
+
+        def cell(plan: str, key: str, fmt: str, mine=mine) -> str:
+            v = mine.get(plan, {}).get(key)
+            return "-" if v is None or v != v else format(v, fmt)
+
+        codl, oracle = mine.get("codl"), mine.get("oracle")
+        ratio = (f"{codl['latency_ms'] / oracle['latency_ms']:.2f}" if codl and oracle else "-")
+        out.append("| " + " | ".join([
+            model, cell("cpu-only", "latency_ms", ".2f"), cell("gpu-only", "latency_ms", ".2f"),
+            *(cell(p, "speedup", ".2f") for p in strategies),
+            cell("codl", "ideal_share", ".0%"), ratio]) + " |")  # fmt: skip
+    return "\n".join(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,6 +127,8 @@ def main() -> int:
     b = sub.add_parser("build")
     b.add_argument("--predictor", help="codl predictor JSON of the x86-cuda pair")
     b.add_argument("--oracle-samples", help="samples CSV the oracle bundle produced")
+    b.add_argument("--sharing-samples", help="samples CSV whose copy, slice and concat rows "
+                   "replace those of --oracle-samples (measured later, on the same target)")
     b.add_argument("--models", default=",".join(MODELS))
     b.add_argument("--plans", default=",".join(PLANS))
     b.add_argument("--bundle-mb", type=int, default=8, help="size cap of the oracle bundle")
@@ -99,8 +143,13 @@ def main() -> int:
     r.add_argument("--nvcc-cache", default="/tmp/codl-nvcc-cache")
     r.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."),
                                                           "bench-h100.json"))
+    t = sub.add_parser("report", help="result file + BENCH.md table from a run's JSON")
+    t.add_argument("runs", help="the runner's JSON ({model: rows})")
+    t.add_argument("--sms", type=int, required=True, help="SMs the GPU ran with")
+    t.add_argument("--gpu", default="", help="the GPU's name")
+    t.add_argument("-o", "--output", required=True)
     args = p.parse_args()
-    return {"build": build, "run": run}[args.cmd](args)
+    return {"build": build, "run": run, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -32,13 +32,13 @@ import tvm.runtime.vm
 
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
 from .profiler.cpu_pool import pair_threads, use_cpu_threads
+from .profiler.host_memory import host_tensor
 
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
 ARTIFACT_VERSION = 1
 
 _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
-CUDA_HOST = 3  # DLPack's kDLCUDAHost: pinned host memory (cudaMallocHost)
 ROLES = ("gpu", "cpu")  # manifest["devices"] order (codl_tvm.device.ROLES; no compiler here)
 
 
@@ -155,23 +155,6 @@ def staging_buffers(manifest: dict[str, Any], devices: list[Any]) -> list[Any]:
     pinned = manifest["devices"][0][0] == "cuda"
     return [host_tensor(s["shape"], s["dtype"], devices[ROLES.index(s["role"])], pinned)
             for s in manifest.get("staging", [])]
-
-
-def host_tensor(shape: list[int], dtype: str, dev: Any, pinned: bool) -> Any:
-    """A tensor on the CPU device ``dev``; with ``pinned``, its bytes are CUDA pinned memory.
-
-    TVM's CPU kernels take only tensors whose device is the CPU, so the pinned allocation
-    (``cuda_host``) is handed to them as a CPU tensor over the same bytes: numpy views the
-    address (DLPack would keep the ``cuda_host`` device) and TVM takes the view through
-    DLPack. The view's buffer holds the allocation, so it lives as long as the tensor.
-    """
-    if not pinned:
-        return tvm.runtime.empty(shape, dtype, dev)
-    host = tvm.runtime.empty(shape, dtype, tvm.runtime.Device(CUDA_HOST, 0))
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = (ctypes.c_byte * nbytes).from_address(host.data_ptr())
-    raw.owner = host
-    return tvm.runtime.from_dlpack(np.frombuffer(raw, dtype=dtype).reshape(shape))
 
 
 def cpu_threads(manifest: dict[str, Any]) -> int | None:

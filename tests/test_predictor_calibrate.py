@@ -85,3 +85,54 @@ def test_cli_calibrate_writes_the_file_or_nothing(rows, tmp_path, capsys) -> Non
     assert main(["calibrate", str(PREDICTOR), str(broken), "-o", str(tmp_path / "x.json")]) == 1
     assert not (tmp_path / "x.json").exists()
     assert "missing columns" in capsys.readouterr().err
+
+
+def _sharing_rows(a_us: float, us_per_byte: float) -> list[dict]:
+    """Copy samples of a bus costing ``a_us + us_per_byte * bytes`` each way."""
+    base = next(r for r in read_samples(SAMPLES) if r["op"] == "to_gpu")
+    out = []
+    for op in ("to_gpu", "to_cpu"):
+        for nbytes in (4096, 65536, 1 << 20, 4 << 20, 16 << 20):
+            out.append(dict(base, op=op, role="gpu" if op == "to_gpu" else "cpu",
+                            bytes=nbytes, latency_us=a_us + us_per_byte * nbytes))
+    return out
+
+
+def test_calibration_refits_the_copies_it_has_samples_of(rows) -> None:
+    pred = load(PREDICTOR)
+    old = dict(pred.sharing_.params)
+    pred.calibrate(_slower(rows, {"cpu": 1.0, "gpu": 1.0}) + _sharing_rows(8.0, 2e-5))
+    for op in ("to_gpu", "to_cpu"):
+        assert pred.sharing_.cost(op, "gpu", 1 << 20) == pytest.approx(8.0 + 2e-5 * (1 << 20))
+    # ops without samples keep the trained fit
+    assert pred.sharing_.params["sync_us"] == old["sync_us"]
+    assert pred.sharing_.params["concat_gpu"] == old["concat_gpu"]
+
+
+def test_detected_sms_spread_the_gpu_waves_and_travel_in_the_file(rows, tmp_path) -> None:
+    """A GPU that MPS holds to 8 SMs: a grid of many waves takes longer in proportion, a grid
+    of a few blocks does not, and the kernels stay the ones tiled for the arch's SMs."""
+    pred, full = load(PREDICTOR), load(PREDICTOR)
+    same = _slower(rows, {"cpu": 1.0, "gpu": 1.0})
+    pred.calibrate(same, machine={"gpu_sms": 8, "gpu_name": "H100"})
+    assert pred.machine_.run_sms == 8 and pred.machine_.sms == full.machine_.sms
+    big = OpSpec("conv2d", 104, 104, 128, 128, 3, 3, 1, 1, (1, 1, 1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert pred.kernel_us("gpu", big) > 4 * full.kernel_us("gpu", big)
+        assert pred.kernel_us("cpu", big) == pytest.approx(full.kernel_us("cpu", big))
+    pred.save(tmp_path / "p.json")
+    assert load(tmp_path / "p.json").machine_ == pred.machine_
+    pred.calibrate(same, machine={"gpu_sms": full.machine_.sms})  # all SMs again
+    assert pred.machine_ == full.machine_
+
+
+def test_cli_takes_the_facts_the_profiler_wrote_beside_the_samples(rows, tmp_path) -> None:
+    samples = tmp_path / "s.csv"
+    with open(samples, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(_slower(rows, {"cpu": 1.0, "gpu": 1.0}))
+    (tmp_path / "s.machine.json").write_text(json.dumps({"gpu_sms": 8}))
+    assert main(["calibrate", str(PREDICTOR), str(samples), "-o", str(tmp_path / "c.json")]) == 0
+    assert load(tmp_path / "c.json").machine_.run_sms == 8

@@ -281,7 +281,10 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
 
     shipped = DATA_DIR / "predictor-x86-cuda.json"
     doc = json.loads(shipped.read_text())
-    doc["model"]["machine"] = doc["model"]["machine"][:4]  # as written before the limit
+    # as written before the limit: a list of the first four facts, in format 3
+    m = doc["model"]["machine"]
+    doc["model"]["machine"] = [m["cores"], m["lanes"], m["sms"], m["l2_bytes"]]
+    doc["version"] = 3
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old, new = load(tmp_path / "old.json"), load(shipped)
     assert old.machine_.cpu_stream_bytes == 0  # the rule: L2s of 8 cores, 16 MB

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,6 +95,7 @@ def test_bundle_runs_runtime_only(tmp_path):
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     _check_rows(read_samples(out), jobs)
+    assert json.loads((tmp_path / "b.machine.json").read_text())["cpu_logical"] >= 1
     cores = man["pair"]["cpu"]["num-cores"]
     assert f"TVM CPU pool: {cores} workers" in res.stdout  # TVM alone: half the CPUs on x86
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -115,3 +117,12 @@ def test_cuda_bundle_compiles_here(tmp_path):
         ["cuda", 0],
         ["cpu", 0],
     ]
+    # copies are timed as the artifacts run them (staged, between tensors made once): no
+    # library, the GPU first and the CPU second, each copy's source where its row says
+    copies = [lib for lib in man["libs"] if lib["role"] is None]
+    assert [lib["file"] for lib in copies] == [None]
+    assert copies[0]["devices"] == [["cuda", 0], ["cpu", 0]]
+    src = {e["row"]["op"]: e["input_devices"] for e in copies[0]["entries"]}
+    assert src["to_gpu"] == [1] and src["to_cpu"] == [0]
+    assert not any(p.name.endswith(".so") and p.stat().st_size == 0
+                   for p in (tmp_path / "cuda").iterdir())

@@ -21,8 +21,8 @@ from ..outputs import write_text
 
 # 2: roles of one trained range share one entry ("cpu,gpu"); 3: a codl file leaves its tied
 # units out (0, derived at load from their source models, ``ties.py``)
-FORMAT_VERSION = 3
-READS_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4  # 4: machine facts by name (codl.MACHINE_BY_NAME_FROM)
+READS_VERSIONS = (1, 2, 3, 4)
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
 _range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}
@@ -175,21 +175,32 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         return np.asarray(out, dtype=float)
 
     # ---- calibration to the machine at hand ---------------------------------------------
-    def calibrate(self, X: Sequence[dict[str, Any]], min_samples: int = 3) -> BasePredictor:
-        """Scale each processor's kernel predictions to the speed of the machine at hand.
+    def calibrate(
+        self,
+        X: Sequence[dict[str, Any]],
+        min_samples: int = 3,
+        machine: dict[str, Any] | None = None,
+    ) -> BasePredictor:
+        """Fit the predictor to the machine at hand from a few samples profiled there.
 
-        ``speed_[role]`` becomes the median of measured / predicted latency over the compute
-        samples of ``X`` on that processor: a few dozen kernels profiled on the target now.
-        Two leases of the H100 machine ran the same CPU kernels up to 1.7x apart
-        (PREDICTOR.md, session 6); the model's shape is kept, its time unit moves. The ratios
-        are taken against the uncalibrated model, so calibrating again replaces the factors.
-        Sharing costs are not scaled. Returns ``self``.
+        - ``machine``: facts detected on the target (``profiler.machine_facts``), such as the
+          SMs a process may use; predictors whose terms count them take them first.
+        - ``speed_[role]`` becomes the median of measured / predicted latency over the compute
+          samples of ``X`` on that processor. Two leases of the H100 machine ran the same CPU
+          kernels up to 1.7x apart; the model's shape is kept, its time unit moves. The ratios
+          are taken against the uncalibrated model, so calibrating again replaces the factors.
+        - Sharing ops with samples in ``X`` are fitted anew: copies are a fact of the
+          target's bus and memory, not a scale of the training machine's.
+
+        Returns ``self``.
         """
         rows = [r for r in X if r["op"] not in SHARING_KINDS]
         pairs = {r["pair"] for r in rows}
         if not rows or pairs != {self.pair_}:
             raise ValueError(f"calibration needs compute samples of pair {self.pair_!r}; "
                              f"got {sorted(pairs) or 'none'}")  # fmt: skip
+        if machine:
+            self._use_machine(machine)
         speed: dict[str, float] = {}
         for role in sorted({r["role"] for r in rows}):
             sel = [r for r in rows if r["role"] == role]
@@ -199,7 +210,16 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             raw = [self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel]
             speed[role] = float(np.median([r["latency_us"] / p for r, p in zip(sel, raw)]))
         self.speed_ = speed
+        shared = [r for r in X if r["op"] in SHARING_KINDS and r["pair"] == self.pair_]
+        if shared:
+            refit = SharingModel().fit(shared).params
+            if not any(r["op"] == "sync" for r in shared):
+                refit.pop("sync_us")
+            self.sharing_ = SharingModel({**self.sharing_.params, **refit})
         return self
+
+    def _use_machine(self, machine: dict[str, Any]) -> None:
+        """Take the target's detected facts (a predictor without such terms ignores them)."""
 
     def _speed(self, role: str) -> float:
         return getattr(self, "speed_", {}).get(role, 1.0)
@@ -273,7 +293,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         a file before format 3 (tied units stored) keeps storing them (format 2), so saving it
         again, e.g. after ``calibrate``, changes none of its units."""
         loaded = getattr(self, "_loaded_version", FORMAT_VERSION)
-        return FORMAT_VERSION if loaded >= FORMAT_VERSION else 2
+        return FORMAT_VERSION if loaded >= 3 else 2
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -50,20 +50,25 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
     parser.add_argument("samples", help="a few dozen samples profiled on the target now")
     parser.add_argument("-o", "--output", required=True, help="calibrated predictor JSON")
+    parser.add_argument("--machine", help="machine facts detected on the target (default: the "
+                        "SAMPLES.machine.json the profiler wrote beside SAMPLES, if any)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from codl_tvm.outputs import check_output_file
     from codl_tvm.predictor import load
-    from codl_tvm.profiler import read_samples
+    from codl_tvm.profiler import machine_facts, read_samples
 
     check_output_file(args.output, [args.predictor, args.samples])
     pred = load(args.predictor)
     rows = read_samples(args.samples, pair=pred.pair_)
-    pred.calibrate(rows)
+    beside = machine_facts.facts_path(args.samples)
+    facts_file = args.machine or (str(beside) if beside.exists() else None)
+    facts = machine_facts.read(facts_file) if facts_file else None
+    pred.calibrate(rows, machine=facts)
     pred.save(args.output, inputs=(args.predictor, args.samples))
     print(json.dumps({"pair": pred.pair_, "speed": pred.speed_, "samples": len(rows),
-                      "output": args.output}))  # fmt: skip
+                      "machine": facts_file, "output": args.output}))  # fmt: skip
     return 0
 
 

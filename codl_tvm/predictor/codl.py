@@ -278,6 +278,14 @@ class CoDLPredictor(BasePredictor):
                 stacklevel=4,
             )
 
+    def _use_machine(self, machine: dict[str, Any]) -> None:
+        """The GPU's SMs detected on the target (``gpu_sms``) spread the waves of the GPU
+        terms; the kernels stay tiled for the SMs of the compiler's arch (``machine_.sms``)."""
+        sms = int(machine.get("gpu_sms") or 0)
+        if sms:
+            run = 0 if sms == self.machine_.sms else sms
+            self.machine_ = dataclasses.replace(self.machine_, run_sms=run)
+
     def _model_json(self) -> dict[str, Any]:
         m = self.machine_
         # 2 KB: no family map when every role is its own family (x86-cuda), the models
@@ -290,7 +298,7 @@ class CoDLPredictor(BasePredictor):
                 units = untied(units, tied_units(key, self.family_, self.t_))
             by_role[role][rest] = trim_zeros(units)
         return {
-            "machine": [m.cores, m.lanes, m.sms, m.l2_bytes, m.cpu_stream_bytes],
+            "machine": _machine_json(m, self._format_version()),
             **({} if same else {"family": self.family_}),
             "t": dict(by_role),
             # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
@@ -298,9 +306,7 @@ class CoDLPredictor(BasePredictor):
         }
 
     def _load_model(self, doc: dict[str, Any]) -> None:
-        cores, lanes, sms, l2, *stream = doc["machine"]  # files before 0.1: no stream limit
-        self.machine_ = Machine(int(cores), int(lanes), int(sms), int(l2),
-                                cpu_stream_bytes=int(stream[0]) if stream else 0)
+        self.machine_ = _load_machine(doc["machine"])
         flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
@@ -318,6 +324,30 @@ class CoDLPredictor(BasePredictor):
             raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
+
+# the machine facts a codl predictor file keeps, by name (files before format 4: a list in this
+# order, without run_sms; before 0.1 also without cpu_stream_bytes)
+MACHINE_FIELDS = ("cores", "lanes", "sms", "l2_bytes", "cpu_stream_bytes", "run_sms")
+MACHINE_BY_NAME_FROM = 4  # the predictor file format that names its machine facts
+
+
+def _machine_json(m: Machine, version: int) -> dict[str, int] | list[int]:
+    """By name from format 4; a file of format 2 saved again keeps its list (and gains
+    ``run_sms`` at the end only where calibration set it)."""
+    if version >= MACHINE_BY_NAME_FROM:
+        return {f: getattr(m, f) for f in MACHINE_FIELDS if getattr(m, f)}
+    values = [getattr(m, f) for f in MACHINE_FIELDS]
+    return values if m.run_sms else values[:-1]
+
+
+def _load_machine(doc: dict[str, int] | list[int]) -> Machine:
+    if isinstance(doc, list):
+        doc = dict(zip(MACHINE_FIELDS, doc, strict=False))
+    unknown = set(doc) - set(MACHINE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {MACHINE_FIELDS}")
+    return Machine(**{f: int(v) for f, v in doc.items()})
+
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning
 _MISSING_WHY = {

@@ -1,7 +1,8 @@
 """Analytic blocking terms of the codl-tvm GPU kernels (CoDL Eq. 3; see ``blocking.py``).
 
-Every term counts the work of the critical SM (waves of blocks over ``m.sms`` SMs, or of the
-blocks resident at once) or a memory pass, so the time stays linear in the learned unit times.
+Every term counts the work of the critical SM (waves of blocks over the ``m.active_sms`` SMs
+that run them, or of the blocks resident at once) or a memory pass, so the time stays linear
+in the learned unit times.
 Mirrors ``schedules/gpu_conv.py`` (tiled implicit GEMM, split-K), ``schedules/gpu_winograd.py``
 and ``schedules/gpu_rules.py`` (DLight Fallback / Matmul / Reduction).
 """
@@ -30,7 +31,7 @@ def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     """DLight Matmul as implicit GEMM: 64 OC x 32 pixels per block, K loop per block."""
     blocks = _cdiv(s.OC, 64) * _cdiv(s.out_h * s.out_w, 32)
     k = _cdiv(s.reduction, 16) * 16
-    return [_cdiv(blocks, m.sms) * k, blocks * k, blocks]
+    return [_cdiv(blocks, m.active_sms) * k, blocks * k, blocks]
 
 
 # Occupancy: blocks resident on one SM at once, from the tile's threads and an estimate of
@@ -92,8 +93,8 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
     t = row.tile
     pixels = s.out_h * s.out_w
     blocks = _cdiv(s.OC, t.bm) * _cdiv(pixels, t.bn) * split
-    per_sm = _cdiv(blocks, m.sms)
-    waves = _cdiv(blocks, m.sms * resident_blocks(t, m))
+    per_sm = _cdiv(blocks, m.active_sms)
+    waves = _cdiv(blocks, m.active_sms * resident_blocks(t, m))
     steps = k_split // t.bk
     branchy = not (_pow2(s.KH * s.KW) and _pow2(s.KW))
     written = s.OC * pixels if split == 1 else blocks * t.bm * t.bn
@@ -142,11 +143,11 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     tiles = th * tw
     blocks = 16 * _cdiv(s.OC, t.bm) * _cdiv(tiles, t.bn)
     kp = _cdiv(s.IC, t.bk) * t.bk
-    steps = _cdiv(blocks, m.sms * resident_blocks(t, m)) * (kp // t.bk)
+    steps = _cdiv(blocks, m.active_sms * resident_blocks(t, m)) * (kp // t.bk)
     weights = 16 * s.IC * s.OC + s.IC * s.OC * 9  # g read and U written, in floats
     from_dram = max(0.0, 1.0 - POOL_L2_SHARE * m.l2_bytes / (4.0 * weights))
     return [
-        _cdiv(blocks, m.sms) * (t.threads // 32) * t.tm * t.tn * kp / SMSPS,  # FMA issue
+        _cdiv(blocks, m.active_sms) * (t.threads // 32) * t.tm * t.tn * kp / SMSPS,  # FMA issue
         s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
         weights,  # weight transform (every call): read g, write U
         16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
@@ -157,7 +158,7 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
 
 def gpu_thread(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback: one output per thread, the window/reduction loop inside."""
-    waves = _cdiv(s.out_elems, 1024 * m.sms)
+    waves = _cdiv(s.out_elems, 1024 * m.active_sms)
     return [waves * s.reduction, s.out_elems * s.reduction, s.IC * s.H * s.W]
 
 
@@ -167,7 +168,7 @@ RESIDENT_THREADS_PER_SM = 2048  # sm_80/sm_90: two 1024-thread Fallback blocks p
 def _fallback_waves(s: OpSpec, m: Machine) -> int:
     """Waves of DLight Fallback's ``max_threads`` blocks over the SMs' resident threads."""
     blocks = _cdiv(s.out_elems, m.max_threads)
-    return _cdiv(blocks, m.sms * max(1, RESIDENT_THREADS_PER_SM // m.max_threads))
+    return _cdiv(blocks, m.active_sms * max(1, RESIDENT_THREADS_PER_SM // m.max_threads))
 
 
 def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
@@ -203,7 +204,7 @@ def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback of a GEMV: one output column per thread, a serial, memory-latency-bound
     loop over IC. Measured on H100: a step is ~3x slower with a ragged last block (bounds
     check) and ~2x slower again once the weight no longer stays in L2 between calls."""
-    steps = _cdiv(s.OC, 1024 * m.sms) * s.IC
+    steps = _cdiv(s.OC, 1024 * m.active_sms) * s.IC
     ragged = s.OC % 1024 != 0
     in_l2 = s.IC * s.OC * 4 <= m.l2_bytes
     return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
@@ -230,7 +231,7 @@ def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
     blocks = s.OC // tx
     resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
     n = _cdiv(s.IC, GEMV_K_THREADS)
-    steps = _cdiv(blocks, m.sms * resident) * n
+    steps = _cdiv(blocks, m.active_sms * resident) * n
     fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)
     beyond = s.IC * s.OC * 4 > m.l2_bytes * 3 // 4
     unrolled = n <= 36 or (n % 4 == 2 and n <= 102)

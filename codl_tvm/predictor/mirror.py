@@ -30,6 +30,14 @@ class Machine:
     # bytes of a parallel CPU pass beyond which it streams past the cores' caches; 0: the
     # Sapphire Rapids rule of blocking._streamed (the codl predictor learns it per target)
     cpu_stream_bytes: int = 0
+    # SMs that run the kernels where fewer than ``sms`` (the SMs the compiler tiled for) are
+    # the process's: a GPU shared by MPS, detected on the target; 0: all of ``sms``
+    run_sms: int = 0
+
+    @property
+    def active_sms(self) -> int:
+        """SMs the waves of a kernel's blocks spread over."""
+        return self.run_sms or self.sms
 
     @property
     def vector_regs(self) -> int:  # AVX-512 / NEON: 32; AVX2/SSE: 16 (target_info.py)

@@ -1,11 +1,13 @@
 """Offline bundle: compile every kernel here, measure anywhere with ``bundle_runner.py``.
 
 A bundle is a folder with ``libN.so`` (exported VM executables, one per batch of jobs) and
-``manifest.json``::
+``manifest.json`` (the copies' library is ``null``: the runner times staged copies between
+tensors it makes, :func:`codl_tvm.profiler.kernels.transfer_entries`)::
 
     {"version": 1, "pair": {...DevicePair.to_json()...}, "cuda_arch": "sm_90" | null,
      "columns": [...schema.COLUMNS], "key_columns": [...],
-     "libs": [{"file": "lib0.so", "role": "gpu" | "cpu" | null, "devices": [["cuda", 0], ...],
+     "libs": [{"file": "lib0.so" | null, "role": "gpu" | "cpu" | null,
+               "devices": [["cuda", 0], ...],
                "entries": [{"name": "conv2d_3", "inputs": [[1, 64, 52, 52], ...],
                             "input_devices": [0, 0], "timer_device": 0, "flops": 123,
                             "row": {...every CSV column but the measured ones...}}]}]}
@@ -34,7 +36,7 @@ from tqdm import tqdm
 from codl_tvm.device import DevicePair
 from codl_tvm.outputs import BUNDLE_FORMAT, atomic_folder
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
-from codl_tvm.profiler.kernels import build_role_module, build_transfer_module, compile_module
+from codl_tvm.profiler.kernels import build_role_module, compile_module, transfer_entries
 from codl_tvm.profiler.measure import (
     Batch,
     entry_placement,
@@ -89,10 +91,10 @@ def _fill_bundle(tmp: Path, pair: DevicePair, jobs: Sequence[Job], batch_size: i
         if total >= max_bytes:
             left_out[role_name(role)] += len(batch)
             continue
-        if role is None:
-            mod, entries = build_transfer_module(batch, pair)
-        else:
-            mod, entries = build_role_module(batch, pair, role)
+        if role is None:  # staged copies: timed on tensors the runner makes, no library
+            libs.append(_lib_doc(None, role, pair, transfer_entries(batch)))
+            continue
+        mod, entries = build_role_module(batch, pair, role)
         name = f"lib{n}.so"
         compile_module(mod, pair, role).export_library(str(tmp / name))
         total += (tmp / name).stat().st_size
@@ -119,7 +121,7 @@ def _fill_bundle(tmp: Path, pair: DevicePair, jobs: Sequence[Job], batch_size: i
     return manifest
 
 
-def _lib_doc(name: str, role: str | None, pair: DevicePair, entries: list) -> dict[str, Any]:
+def _lib_doc(name: str | None, role: str | None, pair: DevicePair, entries: list) -> dict[str, Any]:
     docs = []
     for entry in entries:
         in_devs, timer = entry_placement(entry, role)
@@ -165,6 +167,9 @@ def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path,
         for i, (b, m) in enumerate(zip(bundles, mans, strict=True)):
             libs = []
             for lib in m["libs"]:
+                if lib["file"] is None:  # staged copies have no library
+                    libs.append(lib)
+                    continue
                 name = f"b{i}_{lib['file']}"
                 shutil.copyfile(Path(b) / lib["file"], tmp / name)
                 libs.append(dict(lib, file=name))

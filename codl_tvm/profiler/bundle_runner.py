@@ -33,16 +33,27 @@ from typing import Any
 import numpy as np
 
 if __package__:
+    from codl_tvm.profiler import machine_facts
     from codl_tvm.profiler.cpu_pool import pair_threads, use_cpu_threads
-    from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
-    from codl_tvm.profiler.rounds import time_function as time_function
+    from codl_tvm.profiler.host_memory import copy_tensors
+    from codl_tvm.profiler.rounds import (
+        Item,
+        Protocol,
+        RoundBook,
+        interleave,
+        run_rounds,
+        time_copy,
+        time_function,
+    )
 else:  # run as a file where only runtime-only TVM exists: the sibling modules
+    import machine_facts  # type: ignore
     from cpu_pool import pair_threads, use_cpu_threads  # type: ignore
-    from rounds import Item, Protocol, RoundBook, interleave, run_rounds  # type: ignore
-    from rounds import time_function as time_function  # type: ignore
+    from host_memory import copy_tensors  # type: ignore
+    from rounds import Item, Protocol, RoundBook, interleave, run_rounds, time_copy, time_function  # type: ignore  # type: ignore
 
-MANIFEST_VERSION = 2
-READS_VERSIONS = (1, 2)  # 2 adds the per-role left-out counts; entries are the same
+MANIFEST_VERSION = 3
+# 2 adds the per-role left-out counts; 3 times copies as staged copies (a library of null)
+READS_VERSIONS = (1, 2, 3)
 
 
 def device(kind: str, index: int, remote: Any = None) -> Any:
@@ -114,7 +125,7 @@ def warm_cuda(bundle: Path, man: dict[str, Any], jobs: int) -> None:
     """Load every CUDA library of the bundle in ``jobs`` parallel processes (fills the cache)."""
     os.environ.setdefault("CODL_CUDA_CACHE", tempfile.mkdtemp(prefix="codl-nvcc-"))
     files = [str(bundle / lib["file"]) for lib in man["libs"]
-             if any(kind == "cuda" for kind, _ in lib["devices"])]
+             if lib["file"] and any(kind == "cuda" for kind, _ in lib["devices"])]
     chunks = [files[i::jobs] for i in range(jobs) if files[i::jobs]]
     # this file run as a script: the package's __init__ may need TVM's compiler
     procs = [subprocess.Popen([sys.executable, __file__, "--warm", man["cuda_arch"], *c])
@@ -134,6 +145,17 @@ def _visit(vm: Any, entry: dict[str, Any], devs: list[Any], proto: Protocol):
     def visit() -> tuple[list[float], float]:
         args = make_inputs(entry["inputs"], [devs[i] for i in entry["input_devices"]])
         return time_function(vm, entry["name"], args, devs[entry["timer_device"]], proto)
+
+    return visit
+
+
+def copy_visit(entry: dict[str, Any], devs: list[Any], proto: Protocol, local: bool = True):
+    """A visit of one staged copy (a library of ``null``): its two tensors are made per visit,
+    as a loaded model makes its staging buffers once."""
+
+    def visit() -> tuple[list[float], float]:
+        src, dst = copy_tensors(entry["inputs"][0], entry["input_devices"][0], devs, local)
+        return time_copy(src, dst, devs[entry["timer_device"]], proto)
 
     return visit
 
@@ -165,10 +187,13 @@ def run_bundle(
             f"{bundle}: manifest version {man.get('version')} is not one of {READS_VERSIONS}"
         )
     # a bundle of CPU kernels alone runs on a machine without CUDA (the dev CPU)
-    if man.get("cuda_arch") and any(lib["role"] == "gpu" for lib in man["libs"]):
+    if man.get("cuda_arch") and any(k == "cuda" for lib in man["libs"] for k, _ in lib["devices"]):
         setup_cuda(man["cuda_arch"])
         if warm_jobs > 1:
             warm_cuda(bundle, man, warm_jobs)
+    gpus = [tvm.device(k, i) for lib in man["libs"] for k, i in lib["devices"] if k != "cpu"]
+    facts = machine_facts.detect(gpus[0] if gpus else None)
+    print(f"machine facts: {machine_facts.write(out, facts)}", flush=True)
     book = RoundBook(out, man["columns"], _key_fn(man["key_columns"]))
     threads = use_cpu_threads(pair_threads(man.get("pair")))
     print(f"TVM CPU pool: {threads or 'default'} workers", flush=True)
@@ -179,6 +204,10 @@ def run_bundle(
             per_lib.append([None] * len(lib["entries"]))
             continue
         devs = [tvm.device(k, i) for k, i in lib["devices"]]
+        if lib["file"] is None:
+            per_lib.append([Item(e["row"], copy_visit(e, devs, proto), "copies", e["flops"])
+                            for e in lib["entries"]])  # fmt: skip
+            continue
         vm = VirtualMachine(tvm.runtime.load_module(str(bundle / lib["file"])), devs)
         items = []
         for entry in lib["entries"]:

@@ -176,30 +176,26 @@ def build_role_module(
     return mod, entries
 
 
-def build_transfer_module(
-    jobs: Sequence[Job], pair: DevicePair
-) -> tuple[tvm.IRModule, list[Entry]]:
-    """One 2-vdevice function per to_cpu / to_gpu / sync job (a ``to_vdevice`` each)."""
-    vg, vc = pair.vdevices
-    bb = relax.BlockBuilder()
+def transfer_entries(jobs: Sequence[Job]) -> list[Entry]:
+    """One staged copy per to_cpu / to_gpu / sync job, timed without a compiled module.
+
+    A split moves its tensors between buffers made once, one of them pinned where the GPU is
+    CUDA (:mod:`codl_tvm.passes.stage_cross_device_copies`); the runner times exactly that
+    copy and a sync (:func:`codl_tvm.profiler.rounds.time_copy`). ``sync`` copies one float
+    from the GPU: the cost of a round trip that moves nothing.
+    """
     entries = []
     for i, job in enumerate(jobs):
-        src, dst, src_role = (vc, vg, "cpu") if job.op == "to_gpu" else (vg, vc, "gpu")
+        src_role = "cpu" if job.op == "to_gpu" else "gpu"
         c, h, w = job.shape
-        name = f"{job.op}_{i}"
-        x = _tensor((1, c, h, w), src)
-        with bb.function(name, [x]):
-            out = bb.emit(rop.to_vdevice(x, dst))
-            bb.emit_func_output(out)
-        entries.append(Entry(name, job, COPY_BLOCKING, ((1, c, h, w),), (src_role,)))
-    mod = bb.get()
-    mod.update_global_info("vdevice", pair.vdevices)
-    return relax.transform.RealizeVDevice()(mod), entries
+        shape = (1, c, h, w)
+        entries.append(Entry(f"{job.op}_{i}", job, COPY_BLOCKING, (shape,), (src_role,)))
+    return entries
 
 
-def compile_module(mod: tvm.IRModule, pair: DevicePair, role: str | None) -> Any:
-    """``tvm.compile`` for one role's target (``None``: the 2-vdevice transfer module)."""
-    target = pair.gpu_target if role in (None, "gpu") else pair.cpu_target
+def compile_module(mod: tvm.IRModule, pair: DevicePair, role: str) -> Any:
+    """``tvm.compile`` for one role's target."""
+    target = pair.gpu_target if role == "gpu" else pair.cpu_target
     return tvm.compile(mod, target=target)
 
 

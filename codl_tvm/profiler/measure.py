@@ -11,19 +11,20 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.profiler import bundle_runner as br
+from codl_tvm.profiler import machine_facts
 from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
 from codl_tvm.profiler.kernels import (
     TRANSFER_OPS,
     Entry,
     build_role_module,
-    build_transfer_module,
     compile_module,
+    transfer_entries,
 )
 from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
 from codl_tvm.profiler.schema import COLUMNS, read_samples, row_key
 from codl_tvm.profiler.space import Job
 
-Batch = tuple[str | None, list[Job]]  # (role, jobs); role None: the 2-vdevice transfer module
+Batch = tuple[str | None, list[Job]]  # (role, jobs); role None: staged copies
 
 
 def plan_batches(jobs: Sequence[Job], batch_size: int = 24) -> list[Batch]:
@@ -38,7 +39,7 @@ def plan_batches(jobs: Sequence[Job], batch_size: int = 24) -> list[Batch]:
 
 
 def lib_devices(pair: DevicePair, role: str | None) -> list[list[Any]]:
-    """Runtime devices of a module, in the VM's order (vdevice order for transfers)."""
+    """Runtime devices of a module, in the VM's order (GPU, CPU for copies)."""
     if role is None:
         roles = ["gpu", "cpu"]
     else:
@@ -119,6 +120,9 @@ def measure(
     session = session or Session()
     if Path(output).exists() and Path(output).stat().st_size > 0:
         read_samples(output, pair=pair.name)  # refuse to mix pairs in one file
+    gpu = None if pair.runtime_kind("gpu") == "cpu" else session.device(
+        pair.runtime_kind("gpu"), pair.runtime_index("gpu"))
+    machine_facts.write(output, machine_facts.detect(gpu, host=session.remote is None))
     book = RoundBook(output, COLUMNS, row_key)
     todo = [j for j in jobs if not book.final(_job_key(j, pair))]
     use_cpu_threads(target_threads(pair.cpu_spec), session.remote)
@@ -126,12 +130,15 @@ def measure(
     groups: list[list[Item]] = []
     batches = plan_batches(todo, batch_size)
     for n, (role, batch) in enumerate(tqdm(batches, desc="compile", disable=not progress)):
-        if role is None:
-            mod, entries = build_transfer_module(batch, pair)
-        else:
-            mod, entries = build_role_module(batch, pair, role)
-        lib = session.load(compile_module(mod, pair, role), f"lib{n}")
         devs = [session.device(k, i) for k, i in lib_devices(pair, role)]
+        if role is None:  # staged copies: no module
+            local = session.remote is None
+            groups.append([Item(entry_row(e, pair), br.copy_visit(_entry_doc(e), devs, proto,
+                                                                  local), "copies", e.job.flops)
+                           for e in transfer_entries(batch)])  # fmt: skip
+            continue
+        mod, entries = build_role_module(batch, pair, role)
+        lib = session.load(compile_module(mod, pair, role), f"lib{n}")
         vm = relax.VirtualMachine(lib, devs)
         groups.append([Item(entry_row(e, pair), _visit(vm, e, role, devs, proto), f"lib{n}",
                             e.job.flops) for e in entries])  # fmt: skip
@@ -156,6 +163,14 @@ def _visit(vm: Any, entry: Entry, role: str | None, devs: list[Any], proto: Prot
         return br.time_function(vm, entry.name, args, devs[timer], proto)
 
     return visit
+
+
+def _entry_doc(entry: Entry) -> dict[str, Any]:
+    """The manifest fields of a copy entry the runner's :func:`~.bundle_runner.copy_visit`
+    reads."""
+    in_devs, timer = entry_placement(entry, None)
+    return {"inputs": [list(s) for s in entry.inputs], "input_devices": in_devs,
+            "timer_device": timer}
 
 
 def _by_role(groups: list[list[Item]], batches: list[Batch]) -> list[list[Item]]:

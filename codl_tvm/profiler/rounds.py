@@ -76,6 +76,41 @@ def time_function(
     return [float(c) * 1e6 for c in res.results], first_s
 
 
+def time_copy(
+    src: Any, dst: Any, dev: Any, proto: Protocol | None = None
+) -> tuple[list[float], float]:
+    """One visit of the staged copy ``src -> dst`` and a sync of ``dev``: the data sharing a
+    split runs (:mod:`codl_tvm.passes.stage_cross_device_copies`), between two tensors made
+    once, one of them in the host's pinned memory where the GPU is CUDA.
+
+    Returns what :func:`time_function` returns; the protocol (warm-up, ``number`` calls per
+    repeat of at least ``min_repeat_ms``, capped repeats) is the same.
+    """
+    proto = proto or Protocol()
+
+    def call() -> None:
+        src.copyto(dst)
+        dev.sync()
+
+    t0 = time.perf_counter()
+    call()
+    first_s = time.perf_counter() - t0
+    t0, calls = time.perf_counter(), 0
+    while calls < 20 and time.perf_counter() - t0 < proto.warmup_ms / 1e3:
+        call()
+        calls += 1
+    call_s = (time.perf_counter() - t0) / calls if calls else first_s
+    number = max(1, int(np.ceil(proto.min_repeat_ms / 1e3 / max(call_s, 1e-7))))
+    fits = int(proto.max_sample_ms / 1e3 / max(number * call_s, 1e-9))
+    results = []
+    for _ in range(max(1, min(proto.repeats, fits))):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            call()
+        results.append((time.perf_counter() - t0) / number * 1e6)
+    return results, first_s
+
+
 def visit_estimate(costs_us: Sequence[float]) -> float:
     """One visit's estimate: the lower quartile of its repeats."""
     return float(np.percentile(np.asarray(costs_us), 25))

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The x86-cuda pair on the GPU machine twice: the full GPU, and an edge-class GPU (MPS, 8 SMs).
+# Prepare here (full TVM), see benchmarks/COEXEC.md "End to end":
+#   ../shared/gpu/pack-tvm-runtime.sh .devcarry
+#   codl-tvm profile-bundle --pair x86-cuda --arch sm_90 --mcpu sapphirerapids --num-cores 16 \
+#       --quick --body 12 --pointwise 6 --seed 7 -o /tmp/calib       # random ops, no zoo model
+#   python benchmarks/bench_models.py build --plans cpu-only --models $MODELS --bundle-mb 80 \
+#       -o /tmp/oracle
+#   tar czf .devcarry/calib.tgz -C /tmp calib; tar czf .devcarry/oracle.tgz -C /tmp/oracle oracle-bundle
+# There (device tool, carry those and .devcarry/tvm-runtime.tgz), one call per stage:
+#   bash benchmarks/run_edge_h100.sh calib    # -> $OUT/calib.tgz: calib-{full,edge}.csv + facts
+#   bash benchmarks/run_edge_h100.sh oracle edge|full  # -> $OUT/oracle.tgz: oracle-*.csv + facts
+# Here: calibrate, plan and build (the README's "End to end" commands), pack bench.tgz; there:
+#   bash benchmarks/run_edge_h100.sh bench     # -> $OUT/bench-{full,edge}.json
+set -euo pipefail
+STAGE=$1
+PCT=${MPS_PERCENT:-5}
+OUT=${OUT:-/tmp/codl-out}
+RES=/tmp/codl-res
+mkdir -p "$OUT" "$RES" /tmp/site /tmp/work
+tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
+export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
+export CODL_CUDA_CACHE=/tmp/codl-cuda-cache
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader; lscpu | head -20; } \
+  > "$OUT/machine.txt" 2>&1 || true
+RUNNER="python3 codl_tvm/profiler/bundle_runner.py"
+edge() { OUT=$OUT bash benchmarks/edge_gpu.sh "$PCT" "$@"; }
+
+case $STAGE in
+calib)
+  tar xzf .devcarry/calib.tgz -C /tmp/work
+  timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-full.csv --deadline-s 150 --rounds 2 \
+    --warm-jobs 14 --max-call-s 2 2>&1 | tail -3 || echo "calib-full failed"
+  edge timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-edge.csv --deadline-s 170 --rounds 2 \
+    --max-call-s 2 2>&1 | tail -3 || echo "calib-edge failed"
+  tar czf "$OUT/calib.tgz" -C $RES . ;;
+oracle)  # $2: edge (default) or full
+  tar xzf .devcarry/oracle.tgz -C /tmp/work
+  ON=${2:-edge}
+  WRAP=$([ "$ON" = edge ] && echo edge || true)
+  $WRAP timeout 520 $RUNNER /tmp/work/oracle-bundle -o $RES/oracle-$ON.csv --deadline-s 420 \
+    --rounds 1 --warm-jobs 14 --max-call-s 2 2>&1 | tail -4 || echo "oracle-$ON failed"
+  tar czf "$OUT/oracle.tgz" -C $RES . ;;
+bench)
+  tar xzf .devcarry/bench.tgz -C /tmp/work
+  BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14"
+  timeout 280 $BENCH /tmp/work/bench-full -o "$OUT/bench-full.json" --deadline-s 250 \
+    > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
+  edge timeout 290 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 260 \
+    > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
+  tail -40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
+*) echo "stage: calib | oracle | bench" >&2; exit 1 ;;
+esac
