@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 # through the package's tvm.backends entry point, or when codl_tvm.pipeline is imported)
 _LAZY = {
     "DevicePair": "device", "Executable": "executable", "compile": "executable",
-    "ModelError": "frontend", "load_model": "frontend", "from_torch": "frontend_torch", "list_ops": "graph",
+    "ModelError": "frontend", "load_model": "frontend", "list_ops": "graph",
+    "from_torch": "frontend_torch",
     "BindKernelTargets": "passes", "CoExecutionPartition": "passes",
     "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
     "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",
