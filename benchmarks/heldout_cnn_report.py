@@ -7,7 +7,7 @@
 
 The measured file is one run of a joined bundle (``python -m codl_tvm.profiler join``): the
 CNNs' sub-ops (a ``--workload`` bundle) interleaved with control rows of the samples file
-(``remeasure_bundle.py bundle ... --controls``). The controls' median ratio to the samples
+(``codl-tvm profile-join``). The controls' median ratio to the samples
 file is the lease's speed per processor while the CNNs ran. Each CNN row is scored against
 the shipped predictor:
 
@@ -33,16 +33,39 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # add_samples
-
-from add_samples import check_controls, lease_speed_rows  # noqa: E402
 
 from codl_tvm.predictor import load, make  # noqa: E402
 from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
-from codl_tvm.profiler.noise import noise_rows  # noqa: E402
+from codl_tvm.profiler.noise import noise_rows, same_kernel  # noqa: E402
+from codl_tvm.profiler.schema import row_key  # noqa: E402
 
 BASELINES = ("flops", "eop")
+MIN_CONTROLS = 20  # per processor: a median over fewer rows moves by several percent
+
+
+def lease_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per processor: median, quartiles and count of new / file latency over the control rows
+    of ``new_rows`` (rows of the samples file measured again, ``model = control``)."""
+    old = {row_key(r): r for r in old_rows}
+    ratios: dict[str, list[float]] = {}
+    for r in new_rows:
+        o = old.get(row_key(r))
+        if r["model"] == "control" and o is not None and same_kernel(r, o):
+            ratios.setdefault(r["role"], []).append(r["latency_us"] / o["latency_us"])
+    out = {}
+    for role, v in ratios.items():
+        q25, med, q75 = np.percentile(v, [25, 50, 75])
+        out[role] = {"median": float(med), "q25": float(q25), "q75": float(q75), "n": len(v)}
+    return out
+
+
+def check_controls(speed: dict[str, dict[str, float]], roles: set[str], new: object) -> None:
+    """Stop unless every processor of ``roles`` has :data:`MIN_CONTROLS` control rows."""
+    short = sorted(r for r in roles if speed.get(r, {}).get("n", 0) < MIN_CONTROLS)
+    if short:
+        raise SystemExit(f"{new}: fewer than {MIN_CONTROLS} control rows on {short}; "
+                         "measure rows of the samples file with model=control in the same call")
 
 
 def cnn_rows(rows: list[dict], known: set[str]) -> dict[str, list[dict]]:

@@ -17,9 +17,13 @@ libraries ``gpu_var-<name>``; ``run`` then times them too, checks their outputs 
 the default GPU kernel and prints one median line per variant.
 
 ``build --gpu-winograd`` adds the library ``gpu_var-winograd``: the 3x3 stride-1 convs only,
-scheduled with ``CODL_GPU_WINOGRAD=1`` (``codl_tvm/schedules/gpu_winograd.py``, off in the
-dispatch until measured); ``run`` reports it over those shapes, with its median speed-up
-over ``gpu_ours`` on the same shapes.
+all scheduled with the GPU Winograd kernel (``codl_tvm/schedules/gpu_winograd.py``); ``run``
+reports it over those shapes, with its median speed-up over ``gpu_ours`` on the same shapes.
+
+``table RESULT.json`` prints the markdown tables of ``benchmarks/KERNELS.md`` from a ``run``
+result: per processor and op, and per kernel (the algorithm each shape ran)::
+
+    python benchmarks/kernels.py table benchmarks/results/kernels-h100.json
 """
 
 from __future__ import annotations
@@ -212,6 +216,50 @@ def variant_report(d: Path, json_out: Path) -> None:
               f"max {e['max']:5.1f}%  max rel. err {err}  ({e['shapes']} shapes){vs}")
 
 
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def table(json_path: Path) -> str:
+    """Markdown tables of a ``run`` result: per (processor, op) and per (processor, kernel)."""
+    data = json.loads(json_path.read_text())
+    peaks = data["peak_gflops"]
+    lines = ["Measured FP32 FMA peak: " + ", ".join(
+        f"{p.upper()} {v:.0f} GFLOP/s" for p, v in peaks.items() if v), ""]
+
+    def rows(group) -> list[str]:
+        out = []
+        for key, sel in group.items():
+            proc = key[0]
+            both = [r for r in sel if f"{proc}_default_us" in r]
+            ups = [r[f"{proc}_default_us"] / r[f"{proc}_ours_us"] for r in both]
+            speed = f"{_median(ups):.1f}x" if ups else "-"
+            pct = [r[f"{proc}_ours_pct_peak"] for r in sel if f"{proc}_ours_pct_peak" in r]
+            gf = _median([r[f"{proc}_ours_gflops"] for r in sel])
+            out.append(f"| {' | '.join(key)} | {len(sel)} | {len(both)} | {speed} | "
+                       + (f"{_median(pct):.1f}% | " if pct else "- | ") + f"{gf:.0f} |")
+        return out
+
+    head = ("| shapes | with default | median speed-up vs default | median % of peak "
+            "| median GFLOP/s |")
+    rule = "|---:|---:|---:|---:|---:|"
+    by_op: dict = {}
+    by_algo: dict = {}
+    for r in data["kernels"]:
+        for proc in ("cpu", "gpu"):
+            if f"{proc}_ours_us" not in r:
+                continue
+            by_op.setdefault((proc, r["op"]), []).append(r)
+            algo = (r.get("blocking") or {}).get(proc, {}).get("algorithm", "?")
+            by_algo.setdefault((proc, r["op"], algo), []).append(r)
+    lines += ["| processor | op " + head, "|---|---" + rule, *rows(by_op), ""]
+    lines += ["| processor | op | kernel " + head, "|---|---|---" + rule,
+              *rows(dict(sorted(by_algo.items()))), ""]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -230,8 +278,12 @@ if __name__ == "__main__":
     r.add_argument("--json", type=Path, required=True)
     r.add_argument("--min-repeat-ms", type=float, default=40.0)
     r.add_argument("--gpu-peak-json", type=Path, help="output of peak/peak_gpu.cu, if run")
+    t = sub.add_parser("table", help="markdown tables of a run's JSON result")
+    t.add_argument("json", type=Path)
     args = parser.parse_args()
-    if args.cmd == "build":
+    if args.cmd == "table":
+        print(table(args.json))
+    elif args.cmd == "build":
         variants = [v for v in args.gpu_conv_variants.split(",") if v]
         build(args.pair, args.out, args.default_cpu_gflop, args.only, variants,
               args.gpu_winograd)

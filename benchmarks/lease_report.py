@@ -1,9 +1,9 @@
 """How the predictor does when its test rows are measured again, on another lease.
 
-The H100 machine is a KVM guest whose CPU speed moves from lease to lease (PREDICTOR.md,
-session 6). A predictor is trained on one lease's samples and used on later ones, so its
-accuracy on the *same* test rows re-measured on another lease is the figure a user gets. Per
-processor the other lease's rows are first put on the training lease's scale by the median
+The H100 machine is a KVM guest whose CPU speed moves from lease to lease (up to 1.7x). A
+predictor is trained on one lease's samples and used on later ones, so its accuracy on the
+*same* test rows re-measured on another lease is the figure a user gets. Per processor the
+other lease's rows are first put on the training lease's scale by the median
 ratio of all the rows both measured (what ``codl-tvm calibrate`` does with a few controls)::
 
     python benchmarks/lease_report.py codl_tvm/data/samples-x86-cuda-h100.csv \
@@ -73,8 +73,8 @@ def report(rows: list[Row], other_rows: list[Row], seeds: int, role: str = "cpu"
            ) -> dict[str, Any]:
     """The scores of :func:`_scores` on the seeded splits (mean), each held-out CNN and the
     whole file in-sample, with the lease factors."""
-    # a row the other lease measured with a kernel that no longer runs it is left out (session
-    # 20: the stride-1 1x1 convs it timed with the direct conv run the 1x1 GEMM now)
+    # a row the other lease measured with a kernel that no longer runs it is left out (the
+    # stride-1 1x1 convs it timed with the direct conv run the 1x1 GEMM now)
     mine = {row_key(r): r for r in rows}
     other = {k: r for r in other_rows
              if (k := row_key(r)) in mine and same_kernel(mine[k], r)}  # fmt: skip

@@ -8,7 +8,7 @@ reorders rows), so the headline is the mean over ``--seeds`` splits:
         [--extra deep=benchmarks/results/deep-h100/deep-samples.csv]
 
 ``--extra NAME=CSV`` adds a test set the training file does not hold (the model fits all of
-the training file), e.g. the deep-layer stratum that session 9 measured and left out.
+the training file), e.g. the deep-layer stratum, measured and kept out of training.
 
 Each held-out CNN also gets its ceilings, to tell where its misses come from:
 - ``in_sample``: acc10 on its rows of the model fitted on the whole file, its rows included.

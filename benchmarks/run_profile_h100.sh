@@ -8,10 +8,8 @@
 #       --workload ../shared/workloads/pool2d.csv --workload ../shared/workloads/dense.csv \
 #       --shares 0.1,0.3,0.5,0.7,0.9,1.0 -o .devcarry/profile-bundle
 # There (device tool, repo root, carry .devcarry):  bash benchmarks/run_profile_h100.sh
-# Back here:
-#   python -m codl_tvm.predictor train samples-x86-cuda.csv --kind codl -o predictor-x86-cuda.json
-#   python benchmarks/predictor_report.py samples-x86-cuda.csv --test-models YOLO-V2 \
-#       --markdown benchmarks/PREDICTOR-h100.md
+# Back here: put the samples in codl_tvm/data/samples-x86-cuda-h100.csv, then
+#   bash benchmarks/predictor_reports.sh    # retrain + every figure of benchmarks/PREDICTOR.md
 #
 # Runtime-only TVM, nothing but numpy + the TVM runtime is imported (bundle_runner.py and its
 # sibling rounds.py are standalone). Every library is loaded (nvcc compiles each once), then
