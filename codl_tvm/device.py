@@ -128,6 +128,10 @@ class DevicePair:
             except Exception as err:  # TVM raises several types for a bad target dict
                 raise ValueError(f"--pair: bad {role} target {doc[role]!r}: {err}") from None
         doc.setdefault("name", "custom")
+        for role in ("cpu", "gpu"):  # a host target without a CPU: generic x86-64 code is slow
+            spec = doc[role]
+            if spec.get("kind") == "llvm" and not ({"mcpu", "mtriple"} & set(spec)):
+                doc[role] = {**spec, "mcpu": tvm.target.codegen.llvm_get_system_cpu()}
         if doc["gpu"].get("kind") == "llvm" and "gpu_index" not in doc:
             doc["gpu_index"] = 1  # two llvm devices, as the cpu-pair
         return DevicePair.from_json(doc)

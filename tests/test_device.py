@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import tvm
 
@@ -56,6 +58,24 @@ def test_parse_takes_presets_and_json_target_dicts():
     assert pair.gpu_target.kind.name == "cuda" and pair.cpu_spec["mcpu"] == "sapphirerapids"
     two_cpus = DevicePair.parse('{"cpu": {"kind": "llvm"}, "gpu": {"kind": "llvm"}}')
     assert [v.vdevice_id for v in two_cpus.vdevices] == [1, 0]
+
+
+def test_a_host_llvm_target_gets_the_hosts_cpu_and_a_cross_target_keeps_its_own():
+    """Without mcpu LLVM emits generic x86-64 code (2.9x slower on ResNet-18 on a Zen 5)."""
+    host = tvm.target.codegen.llvm_get_system_cpu()
+    pair = DevicePair.parse('{"cpu": {"kind": "llvm", "num-cores": 2}, "gpu": {"kind": "llvm"}}')
+    assert pair.cpu_spec == {"kind": "llvm", "num-cores": 2, "mcpu": host}
+    assert pair.gpu_spec["mcpu"] == host
+    assert pair.cpu_target.attrs["mcpu"] == host
+    cross = DevicePair.parse('{"cpu": {"kind": "llvm", "mtriple": "aarch64-linux-android"}, '
+                             '"gpu": {"kind": "opencl"}}')
+    assert "mcpu" not in cross.cpu_spec
+    mine = DevicePair.parse('{"cpu": {"kind": "llvm", "mcpu": "skylake"}, "gpu": {"kind": "llvm"}}')
+    assert mine.cpu_spec["mcpu"] == "skylake"
+    for name in ("cpu-pair", "auto"):  # the presets that build for this host
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert DevicePair.preset(name).cpu_spec["mcpu"] == host
 
 
 @pytest.mark.parametrize("text, message", [
