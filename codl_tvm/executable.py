@@ -20,6 +20,7 @@ from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
 from .pipeline import codl_pipeline
 from .plan import Plan
+from .tiling.variants import OLD_ENV_SWITCHES, KernelVariants, use_variants
 
 
 class Executable:
@@ -97,7 +98,8 @@ class Executable:
 
 
 def compile(  # noqa: A001 - mirrors tvm.compile
-    mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True
+    mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
+    variants: KernelVariants | None = None,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -113,17 +115,42 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         Copy tensors between the devices through staging buffers made once per loaded model
         (pinned on CUDA; :class:`~codl_tvm.passes.StageCrossDeviceCopies`). False keeps TVM's
         ``to_device``, which allocates each copy's destination on every run.
+    variants : KernelVariants, optional
+        Which kernel variants to build (:class:`codl_tvm.tiling.KernelVariants`: the GPU conv's
+        tile table, the CPU 1x1 GEMM's reach, GPU Winograd on/off); None: the defaults (or
+        those of an enclosing ``tiling.use_variants``). Recorded in the manifest
+        (``kernel_variants``). The environment switches that did this before are not read.
     """
     if plan is not None:
         plan.validate(mod)
-    lowered = codl_pipeline(pair, plan, staging=staging)(mod)
-    lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
-    staging = list(_module_attr(lowered, STAGING_ATTR, []))
-    lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
-    vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
+    _warn_old_switches()
+    with use_variants(variants) as used:
+        lowered = codl_pipeline(pair, plan, staging=staging)(mod)
+        lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
+        staging = list(_module_attr(lowered, STAGING_ATTR, []))
+        lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
+        vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
     params = {name: value.numpy() for name, value in lifted.items()}
-    manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging)
+    manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
     return Executable(vm_exec, manifest, params, lowered)
+
+
+def _warn_old_switches() -> None:
+    """One warning per process naming the retired environment switches that are set."""
+    set_now = sorted(k for k in OLD_ENV_SWITCHES if k in os.environ)
+    if set_now and not _warned_switches.issuperset(set_now):
+        _warned_switches.update(set_now)
+        import warnings
+
+        warnings.warn(
+            f"{', '.join(set_now)} no longer change kernels and are ignored; pass "
+            "codl_tvm.compile(..., variants=codl_tvm.tiling.KernelVariants("
+            f"{', '.join(f'{OLD_ENV_SWITCHES[k]}=...' for k in set_now)}))",
+            UserWarning, stacklevel=3,
+        )
+
+
+_warned_switches: set[str] = set()
 
 
 def _module_attr(mod: tvm.IRModule, key: str, default: Any) -> Any:
@@ -132,10 +159,11 @@ def _module_attr(mod: tvm.IRModule, key: str, default: Any) -> Any:
 
 def make_manifest(
     source: tvm.IRModule, lowered: tvm.IRModule, pair: DevicePair, plan: Plan | None,
-    lifted: list[str], staging: list[str] = (),
+    lifted: list[str], staging: list[str] = (), variants: KernelVariants | None = None,
 ) -> dict[str, Any]:
     """Inputs (name, shape, dtype, device role), CPU params, staging buffers, devices, pair,
-    TVM version, plan and the model's output names."""
+    TVM version, plan, the kernel variants built (``kernel_variants``; None: the defaults) and
+    the model's output names."""
     vdevices = list(lowered.global_infos["vdevice"])
     names = source.attrs.get(OUTPUT_NAMES_ATTR) if source.attrs else None
     params = list(entry_function(lowered).params)
@@ -159,4 +187,5 @@ def make_manifest(
         "params": [spec(v) for v in params[n_inputs:n_params]],
         "staging": [spec(v) for v in params[n_params:]],
         "plan": plan.to_json() if plan is not None else None,
+        "kernel_variants": (variants or KernelVariants()).to_json(),
     } | ({"outputs": [str(n) for n in names]} if names else {})

@@ -10,6 +10,7 @@ The Winograd kernel's four launch grids are also read back from the scheduled IR
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -33,11 +34,13 @@ from codl_tvm.schedules.analysis import Conv2DInfo
 from codl_tvm.schedules.cpu_conv import conv_tiles
 from codl_tvm.schedules.gpu_conv import kernel_grids
 from codl_tvm.schedules.target_info import TargetInfo
+from codl_tvm.tiling import KernelVariants
 
 CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
 TARGETS = {"cpu": CPU, "gpu": CUDA}
 MACHINE = Machine(cores=16, lanes=16, sms=132)
+DEFAULT_VARIANTS = KernelVariants()
 WORKLOADS = Path("/work/shared/workloads/conv2d.csv")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,10 +107,13 @@ def _cases() -> list[OpSpec]:
     return subs
 
 
-def _agree(family: str, s: OpSpec) -> list[str]:
-    func = T.schedule(_func(s), TARGETS[family])
+def _agree(family: str, s: OpSpec, variants: KernelVariants = DEFAULT_VARIANTS) -> list[str]:
+    """The kernel built with ``variants`` (compile options) against the mirror's on a machine
+    whose samples were built with them."""
+    with tiling.use_variants(variants):
+        func = T.schedule(_func(s), TARGETS[family])
     got = blocking_of(func)
-    want = kernel(family, s, MACHINE)
+    want = kernel(family, s, dataclasses.replace(MACHINE, variants=variants))
     diffs = []
     if (got.algorithm, got.num_blocks) != (want.algorithm, want.num_blocks):
         diffs.append(f"{got.algorithm}/{got.num_blocks} != {want.algorithm}/{want.num_blocks}")
@@ -150,31 +156,37 @@ def test_mirror_matches_scheduled_kernels(cases):
     assert len(wino) >= 10 and any(s.out_h == 1 for s in wino)
 
 
-def test_mirror_matches_without_gpu_winograd(cases, monkeypatch):
-    """``CODL_GPU_WINOGRAD=0``: the 3x3 s1 IC >= 32 parts go back to the tiled conv."""
+NO_WINOGRAD = KernelVariants(gpu_winograd=False)
+
+
+def test_mirror_matches_without_gpu_winograd(cases):
+    """``gpu_winograd=False``: the 3x3 s1 IC >= 32 parts go back to the tiled conv."""
     three = [s for s in cases if mirror.is_dense_conv(s)
-             and tiling.gpu_winograd_wins(mirror.conv_shape(s))]  # fmt: skip
-    monkeypatch.setenv("CODL_GPU_WINOGRAD", "0")
-    bad = [d for s in three for d in _agree("gpu", s)]
+             and tiling.gpu_winograd_wins(mirror.conv_shape(s), enabled=True)]  # fmt: skip
+    bad = [d for s in three for d in _agree("gpu", s, NO_WINOGRAD)]
     assert not bad, "\n".join(bad[:20])
-    algos = {kernel("gpu", s, MACHINE).algorithm for s in three}
+    off = dataclasses.replace(MACHINE, variants=NO_WINOGRAD)
+    algos = {kernel("gpu", s, off).algorithm for s in three}
     assert {"gpu-conv-tiled", "gpu-conv-tiled-split-k"} <= algos
 
 
-def test_mirror_follows_the_gpu_variant(monkeypatch):
+def test_mirror_follows_the_gpu_variant():
     s = OpSpec("conv2d", 13, 13, 1024, 512, 3, 3, pad=(1, 1, 1, 1))
+
+    def on(**v):
+        return dataclasses.replace(MACHINE, variants=KernelVariants(**v))
+
     for variant in ("tiled-nosplitk", "dlight"):  # the Winograd rule ignores the tile variant
-        with tiling.use_variant(variant):
-            assert kernel("gpu", s, MACHINE).algorithm == "gpu-winograd-2x2-3x3"
-            assert _agree("gpu", s) == []
-    monkeypatch.setenv("CODL_GPU_WINOGRAD", "0")  # the tiled rule's own variants
-    with tiling.use_variant("tiled-nosplitk"):
-        assert kernel("gpu", s, MACHINE).algorithm == "gpu-conv-tiled"
-        assert _agree("gpu", s) == []
-    with tiling.use_variant("dlight"):
-        for op in (s, OpSpec("conv2d", 56, 56, 64, 128, 1, 1), OpSpec("conv2d", 7, 9, 9, 70, 3, 3)):
-            assert kernel("gpu", op, MACHINE).algorithm == "implicit-gemm"
-            assert _agree("gpu", op) == []  # DLight Matmul: 64 OC x 32 pixels per block
+        assert kernel("gpu", s, on(gpu_conv=variant)).algorithm == "gpu-winograd-2x2-3x3"
+        assert _agree("gpu", s, KernelVariants(gpu_conv=variant)) == []
+    # the tiled rule's own variants
+    nosplit = KernelVariants(gpu_conv="tiled-nosplitk", gpu_winograd=False)
+    assert kernel("gpu", s, on(**nosplit.to_json())).algorithm == "gpu-conv-tiled"
+    assert _agree("gpu", s, nosplit) == []
+    dlight = KernelVariants(gpu_conv="dlight", gpu_winograd=False)
+    for op in (s, OpSpec("conv2d", 56, 56, 64, 128, 1, 1), OpSpec("conv2d", 7, 9, 9, 70, 3, 3)):
+        assert kernel("gpu", op, on(**dlight.to_json())).algorithm == "implicit-gemm"
+        assert _agree("gpu", op, dlight) == []  # DLight Matmul: 64 OC x 32 pixels per block
 
 
 @pytest.mark.parametrize("lanes, regs", [(16, 32), (8, 16), (4, 16)])  # Machine: regs of lanes

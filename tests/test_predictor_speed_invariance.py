@@ -25,7 +25,6 @@ both computations together and needs no new fixture.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -157,17 +156,10 @@ def _gpu_kernels_everywhere(subs: list[OpSpec]) -> dict[str, list[mirror.Kernel]
     """GPU kernels of ``subs`` under each conv variant, and with GPU Winograd off."""
     out = {}
     for variant in tiling.variant_names():
-        with tiling.use_variant(variant):
-            out[variant] = [kernel("gpu", s, MACHINES[0]) for s in subs]
-    old = os.environ.get(tiling.WINOGRAD_ENV)
-    os.environ[tiling.WINOGRAD_ENV] = "0"
-    try:
-        out["no-gpu-winograd"] = [kernel("gpu", s, MACHINES[0]) for s in subs]
-    finally:
-        if old is None:
-            del os.environ[tiling.WINOGRAD_ENV]
-        else:
-            os.environ[tiling.WINOGRAD_ENV] = old
+        m = replace(MACHINES[0], variants=tiling.KernelVariants(gpu_conv=variant))
+        out[variant] = [kernel("gpu", s, m) for s in subs]
+    m = replace(MACHINES[0], variants=tiling.KernelVariants(gpu_winograd=False))
+    out["no-gpu-winograd"] = [kernel("gpu", s, m) for s in subs]
     return out
 
 
@@ -304,5 +296,5 @@ def test_range_check_warns_exactly_where_out_of_range_says(ops, predictors):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
-    # benchmarks/h100_reports.sh still asks; the test computes its reference itself
+    # an old caller may still ask; the test computes its reference itself
     print("test_predictor_speed_invariance: nothing to record", file=sys.stderr)

@@ -1,8 +1,8 @@
 """1x1 convs at stride 2 have their own codl models (``blocking.variant``: ``k1s2``).
 
-The H100 training file had none until session 14, which measured the ``downsample`` stratum
-(``benchmarks/results/downsample-h100``) and added it. The 1x1 stride-2 rows of the deep,
-deep2 and body strata are never trained on: they test the new models blind.
+The H100 training file holds a ``downsample`` stratum of them. The 1x1 stride-2 rows of the
+deep, deep2 and body strata (``tests/data/samples-h100-strata-k1s2.csv``, copied from the
+predictor's test strata) are never trained on: they test those models blind.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from codl_tvm.predictor.codl import AlgorithmFallbackWarning
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.profiler import read_samples
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+STRATA_K1S2 = Path(__file__).parent / "data" / "samples-h100-strata-k1s2.csv"
 FORMAT1 = Path(__file__).parent / "data" / "predictor-x86-cuda-format1.json"
 SHORTCUT = OpSpec("conv2d", 56, 56, 256, 512, 1, 1, 2, 2)  # ResNet-50's first shortcut
 
@@ -84,12 +84,8 @@ def test_format_2_is_format_1_grouped_without_losing_a_digit(rows, tmp_path) -> 
 
 
 def _stride2_rows(role: str) -> list[dict]:
-    out = []
-    for name in ("deep", "deep2", "body"):
-        path = RESULTS / f"{name}-h100" / f"{name}-samples.csv"
-        out += [r for r in read_samples(path) if r["role"] == role
-                and r["KH"] * r["KW"] == 1 and r["SH"] == 2]  # fmt: skip
-    return out
+    return [r for r in read_samples(STRATA_K1S2) if r["role"] == role
+            and r["KH"] * r["KW"] == 1 and r["SH"] == 2]  # fmt: skip
 
 
 @pytest.mark.parametrize(("role", "before", "floor"), [("cpu", 0.20, 0.58), ("gpu", 0.53, 0.72)])
@@ -111,7 +107,7 @@ def test_strata_stride_2_rows_never_trained_on(shipped, role: str, before: float
 def test_a_1x1_stride_2_shape_left_out_is_predicted_from_the_others(rows) -> None:
     """Regression (session 18): each 1x1 stride-2 shape of the training file predicted by a
     fit without its rows. Without the 1x1 models' weight-panel term 67% of the rows fell
-    within +-10% (65% in session 17); with it, 76% (``term_trials.py`` prints both)."""
+    within +-10% (65% in session 17); with it, 76%."""
     from codl_tvm.predictor import make
 
     mine = [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"

@@ -21,14 +21,13 @@ import pytest
 from codl_tvm.predictor import DATA_DIR, blocking, cpu_terms, load, make
 from codl_tvm.predictor.accuracy import split_models
 from codl_tvm.predictor.base import sub_spec
+from codl_tvm.predictor.blocking import term_column
 from codl_tvm.predictor.fitting import robust_rel_fit
 from codl_tvm.predictor.mirror import Machine, conv_shape, kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import (
-    L1_SPILL_COLUMN,
     TIED_UNITS,
     TIED_VARIANT_UNITS,
-    WEIGHT_PACK_COLUMN,
     k1_weight_pack_us,
     streamed_byte_us,
     streamed_extra_byte_us,
@@ -39,10 +38,16 @@ from codl_tvm.profiler import read_samples
 from codl_tvm.tiling import gemm_tiles
 
 M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
+# ties name terms; the columns these tests index
+L1_SPILL_COLUMN = term_column("cpu", "direct-nchwc", "l1_spill")
+WEIGHT_PACK_COLUMN = term_column("cpu", "gemm-1x1", "weight_pack")
+CONV_PACK_COLUMN = term_column("cpu", "direct-nchwc", "weight_pack")
+ELT_ELEMENT = term_column("cpu", "parallel-loops", "row_elements")
+ELT_STREAMED = term_column("cpu", "parallel-loops", "streamed_bytes")
 L2S = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
 WINO = "cpu/conv2d/winograd-2x2-3x3"
 GEMM = "cpu/conv2d/gemm-1x1"
-STRATA = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+DATA = Path(__file__).parent / "data"
 
 
 def conv3x3(h: int, ic: int, oc: int) -> OpSpec:
@@ -56,11 +61,10 @@ def rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def k1_rows(rows) -> list[dict]:
-    """The shipped rows and stride-1 1x1 rows of the direct conv. Since session 20 the GEMM
-    runs every stride-1 1x1 conv and the shipped file has none of the direct conv's; the run
-    that compared the two kernels (``k1s1-h100/k1s1direct.csv``) measured 139 of them."""
-    run = read_samples(STRATA / "k1s1-h100" / "k1s1direct.csv")
-    return rows + [r for r in run if r["model"] != "control"]
+    """The shipped rows and stride-1 1x1 rows of the direct conv. The GEMM runs every stride-1
+    1x1 conv and the shipped file has none of the direct conv's; the H100 run that compared
+    the two kernels measured 274 (``tests/data/samples-h100-direct-k1.csv``)."""
+    return rows + read_samples(DATA / "samples-h100-direct-k1.csv")
 
 
 def _fit(rows: list[dict]):
@@ -94,9 +98,9 @@ def test_winograd_unit_is_the_elementwise_models_streamed_byte(rows) -> None:
     pred = _fit(rows)
     (tie,) = TIED_UNITS[("cpu", "winograd-2x2-3x3")]
     assert tie.unit is streamed_byte_us
-    unit = pred.t_[WINO][tie.column]
+    unit = pred.t_[WINO][term_column("cpu", "winograd-2x2-3x3", tie.term)]
     eltwise = pred.t_[f"cpu/{tie.source}"]
-    assert unit == pytest.approx(eltwise[1] / 8 + eltwise[3]) and unit > 0.0
+    assert unit == pytest.approx(eltwise[ELT_ELEMENT] / 8 + eltwise[ELT_STREAMED]) and unit > 0.0
     assert list(pred.t_) == sorted(pred.t_)  # the file's order does not follow the fits'
 
 
@@ -107,7 +111,8 @@ def test_without_an_elementwise_model_the_tied_units_are_zero(rows) -> None:
             if tie.source != "elementwise/parallel-loops":
                 continue
             for key in (k for k in pred.t_ if k.startswith(f"cpu/conv2d/{algo}")):
-                assert pred.t_[key][tie.column] == 0.0 and all(np.isfinite(pred.t_[key]))
+                col = term_column("cpu", algo, tie.term)
+                assert pred.t_[key][col] == 0.0 and all(np.isfinite(pred.t_[key]))
 
 
 def pointwise(h: int, ic: int, oc: int) -> OpSpec:
@@ -136,7 +141,8 @@ def test_gemm_unit_is_the_elementwise_models_streamed_extra_byte(rows) -> None:
     tie = TIED_UNITS[("cpu", "gemm-1x1")][0]
     assert tie.unit is streamed_extra_byte_us
     eltwise = pred.t_[f"cpu/{tie.source}"]
-    assert pred.t_[GEMM][tie.column] == pytest.approx(eltwise[3]) and eltwise[3] > 0.0
+    col = term_column("cpu", "gemm-1x1", tie.term)
+    assert pred.t_[GEMM][col] == pytest.approx(eltwise[ELT_STREAMED]) and eltwise[3] > 0.0
 
 
 @pytest.mark.parametrize("stratum", ["body", "pointwise"])
@@ -145,8 +151,9 @@ def test_random_gemm_rows_beyond_the_l2s(rows, stratum: str) -> None:
     L2s (none of the training file's does) ran at 0.79x (body, 60 rows) and 0.82x
     (pointwise, 91) of their times in median, 12% and 19% within +-10%; tied: 0.95-0.97x,
     57-62%. The strata are never trained on."""
-    test = [r for r in read_samples(STRATA / f"{stratum}-h100" / f"{stratum}-samples.csv")
-            if r["role"] == "cpu" and r["algorithm"] == "gemm-1x1"]
+    test = [r for r in read_samples(DATA / "samples-h100-strata-gemm.csv")
+            if r["model"] == f"random-{stratum}" and r["role"] == "cpu"
+            and r["algorithm"] == "gemm-1x1"]  # fmt: skip
     big = [r for r in test if _gemm_pass_bytes(sub_spec(r)) > L2S]
     assert len(big) >= 60
     ratio = np.array(_fit(rows).predict(big)) / np.array([r["latency_us"] for r in big])
@@ -174,7 +181,7 @@ def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(k1_rows) -> Non
     """Session 17: the sampled copy gives both the stride-1 hot loop; fitted alone, the
     stride-2 unit came out 5x the stride-1 one."""
     (tie,) = TIED_VARIANT_UNITS[("cpu", "direct-nchwc", "k1s2")]
-    assert tie.unit is stride1_l1_spill_us and tie.column == L1_SPILL_COLUMN
+    assert tie.unit is stride1_l1_spill_us and tie.term == "l1_spill"
     pred = _fit(k1_rows)
     assert pred.t_[K1S2][L1_SPILL_COLUMN] == pred.t_[K1][L1_SPILL_COLUMN] > 0.0
 
@@ -193,7 +200,7 @@ def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
 
 KN = "cpu/conv2d/direct-nchwc/kn"
 DIRECT = (K1, K1S2, KN)
-STREAM_COLUMN = TIED_UNITS[("cpu", "direct-nchwc")][0].column
+STREAM_COLUMN = term_column("cpu", "direct-nchwc", TIED_UNITS[("cpu", "direct-nchwc")][0].term)
 
 
 def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(k1_rows) -> None:
@@ -221,7 +228,8 @@ def test_the_file_leaves_tied_units_out_and_loading_derives_them(k1_rows, tmp_pa
         stored = doc[key.split("/", 1)[1]]
         assert len(stored) <= STREAM_COLUMN  # the trailing tied column is not written
     assert doc["conv2d/direct-nchwc/k1s2"][L1_SPILL_COLUMN] == 0
-    assert len(doc["conv2d/winograd-2x2-3x3"]) <= TIED_UNITS[("cpu", "winograd-2x2-3x3")][0].column
+    wino_tie = TIED_UNITS[("cpu", "winograd-2x2-3x3")][0].term
+    assert len(doc["conv2d/winograd-2x2-3x3"]) <= term_column("cpu", "winograd-2x2-3x3", wino_tie)
     assert doc["conv2d/gemm-1x1"][WEIGHT_PACK_COLUMN] == 0
     back = load(tmp_path / "p.json")
     for key in (*DIRECT, WINO, GEMM):
@@ -252,7 +260,7 @@ def test_a_format_2_file_keeps_the_units_it_stored(rows) -> None:
     old = load(path)
     for key in (K1, K1S2, KN, GEMM, WINO):
         assert old.t_[key] == stored[key.split("/", 1)[1]]
-    assert old.t_[GEMM][WEIGHT_PACK_COLUMN] != old.t_[K1S2][WEIGHT_PACK_COLUMN]
+    assert old.t_[GEMM][WEIGHT_PACK_COLUMN] != old.t_[K1S2][CONV_PACK_COLUMN]
 
 
 def test_a_format_2_file_saved_again_stays_format_2(tmp_path) -> None:
@@ -275,7 +283,7 @@ def test_tie_order_puts_sources_first_and_rejects_a_cycle(k1_rows, monkeypatch) 
     from codl_tvm.predictor import ties
 
     monkeypatch.setitem(ties.TIED_VARIANT_UNITS, ("cpu", "direct-nchwc", "k1"),
-                        (ties.Tie(1, "conv2d/direct-nchwc/k1s2", stride1_l1_spill_us),))
+                        (ties.Tie("fma", "conv2d/direct-nchwc/k1s2", stride1_l1_spill_us),))
     with pytest.raises(ValueError, match="cycle"):
         tie_order(pred.t_, pred.family_)
 
@@ -285,10 +293,10 @@ def test_the_gemm_weight_pack_takes_the_1x1_stride_2_models_unit(rows) -> None:
     """Session 18: both 1x1 kernels pack the weight the same way on every call; in-sample the
     two fitted units agreed within 7%."""
     tie = TIED_UNITS[("cpu", "gemm-1x1")][1]
-    assert (tie.column, tie.source, tie.unit) == (
-        WEIGHT_PACK_COLUMN, "conv2d/direct-nchwc/k1s2", k1_weight_pack_us)
+    assert (tie.term, tie.source, tie.unit) == (
+        "weight_pack", "conv2d/direct-nchwc/k1s2", k1_weight_pack_us)
     pred = _fit(rows)
-    assert pred.t_[GEMM][WEIGHT_PACK_COLUMN] == pred.t_[K1S2][WEIGHT_PACK_COLUMN] > 0.0
+    assert pred.t_[GEMM][WEIGHT_PACK_COLUMN] == pred.t_[K1S2][CONV_PACK_COLUMN] > 0.0
 
 
 def test_held_out_yolo_v2_gemm_row_splits_of_wide_weights(rows) -> None:

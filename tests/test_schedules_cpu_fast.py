@@ -122,20 +122,24 @@ DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / 
 ]
 
 
-def test_gemm_env_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypatch):
-    """``CODL_CPU_GEMM=always`` measures the GEMM where the direct conv wins (session 17: the
-    1x1 stride-2 convs); the predictor's dispatch mirror reads the same switch."""
+def test_gemm_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypatch):
+    """``KernelVariants(cpu_gemm="always")`` measures the GEMM where the direct conv wins
+    (session 17: the 1x1 stride-2 convs); the predictor's dispatch mirror follows the variants
+    its machine records. The retired ``CODL_CPU_GEMM`` changes neither."""
     from codl_tvm.predictor.mirror import Machine, kernel
     from codl_tvm.predictor.opspec import OpSpec
+    from codl_tvm.tiling import KernelVariants, use_variants
 
     info = analyze(T.conv2d_func((1, 256, 26, 26), (256, 256, 1, 1), strides=2))
     spec = OpSpec("conv2d", 26, 26, 256, 256, 1, 1, 2, 2)
     t = target_info(tvm.target.Target(AVX512))
+    monkeypatch.setenv("CODL_CPU_GEMM", "always")  # ignored
     assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-direct-nchwc"
     assert kernel("cpu", spec, Machine()).algorithm == "direct-nchwc"
-    monkeypatch.setenv("CODL_CPU_GEMM", "always")
-    assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-gemm-1x1"
-    assert kernel("cpu", spec, Machine()).algorithm == "gemm-1x1"
+    always = KernelVariants(cpu_gemm="always")
+    with use_variants(always):
+        assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-gemm-1x1"
+    assert kernel("cpu", spec, Machine(variants=always)).algorithm == "gemm-1x1"
 
 
 @pytest.mark.parametrize("x, w, attrs, rule", DISPATCH)

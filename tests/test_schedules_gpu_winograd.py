@@ -15,6 +15,7 @@ import tvm
 from hypothesis import HealthCheck, given, settings
 from test_schedules_gpu_conv import fma_section
 
+from codl_tvm import tiling
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import gpu_winograd as W
 from codl_tvm.schedules import testing as T
@@ -85,23 +86,25 @@ def small_channels_allowed(monkeypatch):
 
 
 def test_dispatch_declines_few_input_channels(monkeypatch):
-    monkeypatch.setattr(W, "MIN_IC", 32)
-    monkeypatch.delenv(W.ENV, raising=False)  # on by default
+    monkeypatch.setattr(W, "MIN_IC", 32)  # on by default
     rgb = T.with_target(T.conv2d_func((1, 3, 6, 6), (32, 3, 3, 3), padding=1), CUDA)
     assert blocking_of(T.schedule(rgb, CUDA)).rule == "gpu-conv2d-tiled"
     deep = T.with_target(T.conv2d_func((1, 32, 6, 6), (32, 32, 3, 3), padding=1), CUDA)
     assert blocking_of(T.schedule(deep, CUDA)).rule == "gpu-conv2d-winograd"
 
 
-def test_dispatch_on_by_default_off_with_env_zero(monkeypatch):
+def test_dispatch_on_by_default_off_by_variant(monkeypatch):
     func = T.with_target(T.conv2d_func((1, 16, 6, 6), (32, 16, 3, 3), padding=1), CUDA)
-    monkeypatch.delenv(W.ENV, raising=False)
     assert W.enabled()
     assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-winograd"
-    monkeypatch.setenv(W.ENV, "0")
-    assert not W.enabled()
-    assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-tiled"
-    monkeypatch.setenv(W.ENV, "1")
+    with tiling.use_variants(tiling.KernelVariants(gpu_winograd=False)):
+        assert not W.enabled()
+        assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-tiled"
+        with W.enable():
+            assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-winograd"
+    # the retired environment switch changes nothing
+    monkeypatch.setenv("CODL_GPU_WINOGRAD", "0")
+    assert W.enabled()
     assert blocking_of(T.schedule(func, CUDA)).rule == "gpu-conv2d-winograd"
     stride2 = T.with_target(T.conv2d_func((1, 16, 6, 6), (32, 16, 3, 3), strides=2), CUDA)
     assert blocking_of(T.schedule(stride2, CUDA)).rule == "gpu-conv2d-tiled"
@@ -120,8 +123,7 @@ CASES = {
 
 @pytest.mark.parametrize("target", [CUDA, OPENCL], ids=["cuda", "opencl"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_compiles_with_shared_memory_and_grid(case, target, monkeypatch):
-    monkeypatch.setenv(W.ENV, "1")
+def test_compiles_with_shared_memory_and_grid(case, target):
     func = T.schedule(CASES[case](), target)
     blocking = blocking_of(func)
     assert (blocking.rule, blocking.algorithm) == ("gpu-conv2d-winograd", W.ALGORITHM)
@@ -147,10 +149,9 @@ def test_compiles_with_shared_memory_and_grid(case, target, monkeypatch):
         assert "__local float" in source
 
 
-def test_fma_loop_has_no_bounds_check(monkeypatch):
+def test_fma_loop_has_no_bounds_check():
     """The batched GEMM runs over whole tiles (zero-padded U and V), so OC 113 and 169 tiles
     put no condition in the FMA part of its K loop (see the tiled conv's test)."""
-    monkeypatch.setenv(W.ENV, "1")
     conv = T.conv2d_func((1, 64, 26, 26), (113, 64, 3, 3), padding=1)
     plan = W.make_plan(analyze(conv).conv, target_info(CUDA))
     assert plan.m % plan.tile.bm and plan.n % plan.tile.bn

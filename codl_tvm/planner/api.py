@@ -78,7 +78,7 @@ def make_plan(
         lay = STRATEGIES[strategy].fn(mg.nodes, None, options or Options())
         return PlanResult(strategy, to_plan(lay, mg), lay, float("nan"),
                           layout_memory(mg.nodes, lay))
-    ev = Evaluator(costs, mg.nodes)
+    ev = Evaluator(costs, mg.nodes, mg.glue)
     lay = STRATEGIES[strategy].fn(mg.nodes, ev, options or Options())
     return PlanResult(strategy, to_plan(lay, mg), lay, layout_cost(ev, mg.nodes, lay),
                       layout_memory(mg.nodes, lay))
@@ -86,7 +86,7 @@ def make_plan(
 
 def estimate(mg: ModelGraph, plan: Plan, costs: CostSource) -> float:
     """Estimated latency (us) of any plan of ``mg``."""
-    return layout_cost(Evaluator(costs, mg.nodes), mg.nodes, from_plan(plan))
+    return layout_cost(Evaluator(costs, mg.nodes, mg.glue), mg.nodes, from_plan(plan))
 
 
 def ideal(mg: ModelGraph, costs: CostSource) -> dict[str, float]:

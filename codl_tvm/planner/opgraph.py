@@ -9,7 +9,7 @@ inception concats show up as joins (in-degree > 1) and shared inputs as branches
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import networkx as nx
 import tvm
@@ -19,6 +19,7 @@ from ..graph import AnchorOp, entry_function, find_anchors, fingerprint
 from ..passes.split_rules import RULES
 from ..passes.unit_geometry import split_extent
 from ..predictor.opspec import OpSpec, conv_kind
+from .glue import GlueOp, priced_shape
 from .nodes import BYTES_PER_ELEM, OpNode
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
@@ -36,23 +37,28 @@ class ModelGraph:
         Same ops as nodes (attribute ``op``: the OpNode), edges along the data flow.
     fingerprint : str
         The model fingerprint plans carry.
+    glue : list of GlueOp
+        The ops outside the plan that run a kernel, in binding order (:mod:`.glue`).
     """
 
     nodes: list[OpNode]
     graph: nx.DiGraph
     fingerprint: str
+    glue: list[GlueOp] = field(default_factory=list)
 
     @property
     def by_id(self) -> dict[str, OpNode]:
         return {n.op_id: n for n in self.nodes}
 
     def to_json(self) -> dict:
-        return {"fingerprint": self.fingerprint, "nodes": [n.to_json() for n in self.nodes]}
+        return {"fingerprint": self.fingerprint, "nodes": [n.to_json() for n in self.nodes],
+                "glue": [g.to_json() for g in self.glue]}
 
     @staticmethod
     def from_json(doc: dict) -> ModelGraph:
         nodes = [OpNode.from_json(d) for d in doc["nodes"]]
-        return ModelGraph(nodes, digraph(nodes), doc["fingerprint"])
+        glue = [GlueOp.from_json(g) for g in doc.get("glue", [])]
+        return ModelGraph(nodes, digraph(nodes), doc["fingerprint"], glue)
 
 
 def op_spec(anchor: AnchorOp) -> tuple[OpSpec | None, int]:
@@ -147,7 +153,43 @@ def build_graph(mod: tvm.IRModule) -> ModelGraph:
             chain_next=_chain_next(a, anchors[i + 1] if i + 1 < len(anchors) else None),
             input_key=input_ids.setdefault(a.data, len(input_ids)), repeat=repeat,
         ))  # fmt: skip
-    return ModelGraph(nodes, digraph(nodes), fingerprint(anchors))
+    return ModelGraph(nodes, digraph(nodes), fingerprint(anchors), _glue(func, anchors))
+
+
+def _shape(expr: relax.Expr) -> list[int] | None:
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if not isinstance(ty, relax.TensorType) or shape is None:
+        return None
+    try:
+        return [int(d) for d in shape]
+    except TypeError:  # a symbolic dim
+        return None
+
+
+def _glue(func: relax.Function, anchors: list[AnchorOp]) -> list[GlueOp]:
+    """The ops outside the anchors that run a kernel, each with the anchor its first input
+    comes from (where the partition pass runs it)."""
+    owner = {b.var: a.op_id for a in anchors for b in a.bindings}
+    source: dict[relax.Var, str | None] = {}
+    out: list[GlueOp] = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            args = _var_args(b.value)
+            src = owner.get(b.var) or (source.get(args[0]) if args else None)
+            source[b.var] = src
+            value = b.value
+            if b.var in owner or not (isinstance(value, relax.Call)
+                                      and isinstance(value.op, tvm.ir.Op)):
+                continue
+            out_shape = _shape(b.var)
+            if out_shape is None:
+                continue
+            data = next((a for a in value.args if _shape(a) is not None), None)
+            shape = priced_shape(value.op.name, out_shape, None if data is None else _shape(data))
+            if shape is not None:
+                out.append(GlueOp(value.op.name, tuple(shape), src))
+    return out
 
 
 def digraph(nodes: list[OpNode]) -> nx.DiGraph:

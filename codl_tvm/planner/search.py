@@ -11,11 +11,14 @@ ends. Row parts grow backwards through the chain by each op's window (Eq. 1), ex
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..geometry import row_part, split_count
 from ..predictor.opspec import OpSpec
 from .costs import CostSource, concurrent, in_model, trusted
+from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
 
 ROLES = ("gpu", "cpu")
@@ -103,11 +106,23 @@ def unit_parts(nodes: list[OpNode], dim: str, ratio: float) -> dict[str, list[Op
 class Evaluator:
     """Costs of units and whole placements from one :class:`CostSource`, memoised."""
 
-    def __init__(self, costs: CostSource, nodes: list[OpNode] | None = None) -> None:
+    def __init__(self, costs: CostSource, nodes: list[OpNode] | None = None,
+                 glue: Sequence[GlueOp] = ()) -> None:
         # a model's own footprint decides which cached weights stay in the GPU's L2
         self.costs = costs if nodes is None else in_model(costs, footprint_bytes(nodes))
+        self.glue = list(glue)
         self._kernels: dict[tuple[str, OpSpec], float] = {}
         self._units: dict[tuple, UnitCost | None] = {}
+
+    def glue_us(self, op: GlueOp, role: str) -> float:
+        """One op outside the plan on ``role`` (0 where the costs cannot price it: measured
+        costs of the planned ops only)."""
+        try:
+            with warnings.catch_warnings():  # a norm's or a logit's shape is no conv's
+                warnings.simplefilter("ignore")
+                return self.kernel(role, op.spec())
+        except KeyError:
+            return 0.0
 
     def kernel(self, role: str, sub: OpSpec) -> float:
         key = (role, sub)
@@ -248,10 +263,11 @@ def layout_of(choices: dict[str, Choice], chains=()) -> Layout:
 
 # ---- whole-plan estimate --------------------------------------------------------------------
 def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
-    """Estimated latency (us) of ``lay``: units in order plus copies where devices change.
+    """Estimated latency (us) of ``lay``: units in order plus copies where devices change,
+    plus the ops outside the plan (``ev.glue``) on the device of the op they follow.
 
     Values are copied once per device (as the partition pass does); the model's inputs and
-    outputs live on ``lay.io``; non-partitionable ops are not counted.
+    outputs live on ``lay.io``.
     """
     chain_of = {op: c for c in lay.chains for op in c[0]}
     by_id = {n.op_id: n for n in nodes}
@@ -284,7 +300,7 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     for node in nodes:
         if node.op_id not in has_succ and loc.get(node.op_id, lay.io) != lay.io:
             total += ev.share(f"to_{lay.io}", lay.io, node.out_bytes)
-    return total
+    return total + sum(ev.glue_us(g, loc.get(g.source, lay.io)) for g in ev.glue)
 
 
 def ideal_us(ev: Evaluator, nodes: list[OpNode]) -> float:

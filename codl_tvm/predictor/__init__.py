@@ -27,7 +27,8 @@ KINDS: tuple[str, ...] = ("codl", "flops", "eop", "gbdt")
 # the command line's --help must not wait for it)
 _LAZY = {
     "FORMAT_VERSION": "base", "BasePredictor": "base", "OutOfRangeWarning": "base",
-    "PredictorFileError": "base", "load": "base", "EOPPredictor": "baselines",
+    "PredictorFileError": "base", "PairMismatchError": "base", "PairMismatchWarning": "base",
+    "load": "base", "EOPPredictor": "baselines",
     "FlopsPredictor": "baselines", "CoDLPredictor": "codl", "GBDTPredictor": "gbdt",
     "OpSpec": "opspec",
 }  # fmt: skip
@@ -40,7 +41,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FORMAT_VERSION", "KINDS", "BasePredictor", "CoDLPredictor", "EOPPredictor",
-    "FlopsPredictor", "GBDTPredictor", "OpSpec", "OutOfRangeWarning", "PredictorFileError",
+    "FlopsPredictor", "GBDTPredictor", "OpSpec", "OutOfRangeWarning", "PairMismatchError",
+    "PairMismatchWarning", "PredictorFileError",
     "default_for", "load", "make", "report", "train",
 ]  # fmt: skip
 
@@ -68,17 +70,34 @@ def train(
     kind: str = "codl",
     output: str | Path | None = None,
     pair: str | None = None,
+    machine: dict[str, Any] | str | Path | None = None,
     **params: Any,
 ) -> BasePredictor:
-    """Fit a predictor of ``kind`` on a samples CSV (or rows); save it when ``output`` is given."""
+    """Fit a predictor of ``kind`` on a samples CSV (or rows); save it when ``output`` is given.
+
+    ``machine``: facts of the machine the samples were profiled on (a dict, or a path to a
+    ``SAMPLES.machine.json``); default: the ``SAMPLES.machine.json`` beside a samples CSV, if
+    any (the profiler writes it there)."""
     rows = _rows(samples, pair)
-    predictor = make(kind, **params).fit(rows)
+    predictor = make(kind, **params).fit(rows, machine=_machine_facts(samples, machine))
     if isinstance(samples, (str, Path)):  # provenance travels in the JSON file
         # the command is not stored: kind and samples give it (``train_command``; 2 KB files)
         predictor.trained_on_ = {"samples": Path(samples).name, "rows": len(rows)}
     if output is not None:
         predictor.save(output, inputs=(samples,) if isinstance(samples, (str, Path)) else ())
     return predictor
+
+
+def _machine_facts(samples: Any, machine: dict[str, Any] | str | Path | None
+                   ) -> dict[str, Any] | None:
+    from codl_tvm.profiler import machine_facts
+
+    if isinstance(machine, (str, Path)):
+        return machine_facts.read(machine)
+    if machine is None and isinstance(samples, (str, Path)):
+        beside = machine_facts.facts_path(samples)
+        return machine_facts.read(beside) if beside.is_file() else None
+    return machine
 
 
 def report(

@@ -48,6 +48,22 @@ class OutOfRangeWarning(UserWarning):
     """A prediction for a shape outside the range the predictor was trained on."""
 
 
+class PairMismatchWarning(UserWarning):
+    """A predictor used to plan for a device pair (or machine) it was not trained on."""
+
+
+class PairMismatchError(ValueError):
+    """:meth:`BasePredictor.check_pair` with ``strict``: the predictor is another pair's."""
+
+
+def _pair_name(pair: Any) -> str:
+    if isinstance(pair, str):
+        return pair
+    if isinstance(pair, dict):
+        return str(pair.get("name", ""))
+    return str(getattr(pair, "name", ""))
+
+
 def sub_spec(row: dict[str, Any]) -> OpSpec:
     """The sub-op a compute sample row measured."""
     _, left, _, right = (int(p) for p in str(row["padding"]).split(":"))
@@ -146,7 +162,15 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         raise NotImplementedError
 
     # ---- sklearn API --------------------------------------------------------------------
-    def fit(self, X: Sequence[dict[str, Any]], y: Sequence[float] | None = None) -> BasePredictor:
+    def fit(
+        self,
+        X: Sequence[dict[str, Any]],
+        y: Sequence[float] | None = None,
+        machine: dict[str, Any] | None = None,
+    ) -> BasePredictor:
+        """Fit on sample rows; ``machine``: the facts detected where they were profiled
+        (``profiler.machine_facts``: caches, SMs, the kernel variants built), which predictors
+        whose terms count them take before fitting."""
         rows = list(X)
         if not rows:
             raise ValueError("no samples to fit")
@@ -158,6 +182,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         if not comp:
             raise ValueError("no compute samples to fit")
         self.pair_ = rows[0]["pair"]
+        self.train_machine_ = dict(machine or {})
         self._fit_kernels([rows[i] for i in comp], yv[comp])
         self.sharing_ = SharingModel().fit([r for r in rows if r["op"] in SHARING_KINDS])
         self.range_ = self._ranges([rows[i] for i in comp])
@@ -223,6 +248,37 @@ class BasePredictor(BaseEstimator, RegressorMixin):
 
     def _speed(self, role: str) -> float:
         return getattr(self, "speed_", {}).get(role, 1.0)
+
+    # ---- the pair it was made for -------------------------------------------------------
+    def pair_mismatch(self, pair: Any) -> list[str]:
+        """Why this predictor was not made for ``pair`` (a ``DevicePair``, its ``to_json``
+        dict, or a name); empty where it was. Beyond the pair's name, predictors whose terms
+        count the machine (the codl kind: cores, SMs) compare it with the pair's targets."""
+        why = []
+        if _pair_name(pair) != self.pair_:
+            why.append("the pairs differ")
+        if not isinstance(pair, str):
+            why += self._machine_mismatch(pair)
+        return why
+
+    def _machine_mismatch(self, pair: Any) -> list[str]:
+        """How the pair's targets differ from the machine the terms count (none here)."""
+        return []
+
+    def check_pair(self, pair: Any, strict: bool = False) -> BasePredictor:
+        """Warn (one :class:`PairMismatchWarning` naming both pairs), or with ``strict`` raise
+        :class:`PairMismatchError`, where ``pair`` is not the pair (or machine) this predictor
+        was trained for; returns ``self`` (``PredictorCosts(load(f).check_pair(pair))``)."""
+        why = self.pair_mismatch(pair)
+        if why:
+            msg = (f"the {self.kind} predictor of pair {self.pair_!r} is used for pair "
+                   f"{_pair_name(pair)!r}: {'; '.join(why)}. Its predictions are for another "
+                   "machine: profile this pair (`codl-tvm profile`) and train a predictor "
+                   "on its samples (`codl-tvm train`)")  # fmt: skip
+            if strict:
+                raise PairMismatchError(msg)
+            warnings.warn(msg, PairMismatchWarning, stacklevel=2)
+        return self
 
     # ---- the planner's API --------------------------------------------------------------
     def kernel_us(self, role: str, sub: OpSpec) -> float:

@@ -23,8 +23,8 @@ tile table, three transform kernels), ``schedules/cpu_conv.py``
 (``conv_tiles``: ``ocb`` channels x ``x_tile`` columns per task),
 ``schedules/cpu_rules.py`` (depthwise/pool: one task per (channel, row); gemv: column blocks
 of ``2*lanes`` grouped 16 per task plus a scalar tail) and ``schedules/gpu_rules.py``
-(DLight Fallback: one output per thread, 1024 threads per block; DLight Matmul, only under
-``CODL_GPU_CONV=dlight``: 64 OC x 32 output pixels per 128-thread block).
+(DLight Fallback: one output per thread, 1024 threads per block; DLight Matmul, only with the
+kernel variant ``gpu_conv="dlight"``: 64 OC x 32 output pixels per 128-thread block).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from codl_tvm.predictor.cpu_passes import (  # noqa: F401 - constants: this modu
     CPU_L2_BYTES_PER_CORE,
 )
 from codl_tvm.predictor.cpu_stream_terms import (  # noqa: F401 - constants: this module's API
+    CPU_ELTWISE_TERMS,
     CPU_L3_BYTES,
     CPU_PAGE_BYTES,
     CPU_STLB_ENTRIES,
@@ -48,6 +49,9 @@ from codl_tvm.predictor.cpu_stream_terms import (  # noqa: F401 - constants: thi
     cpu_pool,
 )
 from codl_tvm.predictor.cpu_terms import (
+    CPU_CONV_TERMS,
+    CPU_GEMM_TERMS,
+    CPU_WINOGRAD_TERMS,
     conv_spills,  # noqa: F401 - this module's API
     cpu_conv,
     cpu_depthwise,
@@ -69,7 +73,8 @@ from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this
 from codl_tvm.predictor.mirror import GPU_GEMV, GPU_WINOGRAD, Machine, kernel
 from codl_tvm.predictor.opspec import OpSpec
 
-__all__ = ["ANALYTIC", "TERMS", "Machine", "kernel_kind", "model_algorithm", "terms"]
+__all__ = ["ANALYTIC", "TERMS", "TERM_NAMES", "Machine", "kernel_kind", "model_algorithm",
+           "term_column", "terms"]
 
 
 # (processor family, model algorithm) -> terms; the fixed launch cost t0 is added by the model
@@ -92,6 +97,24 @@ TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("gpu", "dlight-fallback"): gpu_dense,  # samples taken before the GEMV rule (session 2)
     ("gpu", GPU_GEMV): gpu_gemv,
 }
+# (family, model algorithm) -> the names of ``terms``' columns, t0 first, where a tie names one
+# (``ties.py``); the names sit beside each term function's list
+TERM_NAMES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("cpu", "direct-nchwc"): ("t0", *CPU_CONV_TERMS),
+    ("cpu", "gemm-1x1"): ("t0", *CPU_GEMM_TERMS),
+    ("cpu", "winograd-2x2-3x3"): ("t0", *CPU_WINOGRAD_TERMS),
+    ("cpu", "parallel-loops"): ("t0", *CPU_ELTWISE_TERMS),
+}
+
+
+def term_column(family: str, algorithm: str, name: str) -> int:
+    """The column of term ``name`` in the ``terms`` of ``algorithm`` on ``family``."""
+    names = TERM_NAMES.get((family, algorithm))
+    if names is None or name not in names:
+        raise KeyError(f"no term {name!r} of {family}/{algorithm}; named: {names}")
+    return names.index(name)
+
+
 # a label whose kernel shares another's model (same kernel, one term more or less)
 SAME_MODEL = {"gpu-conv-tiled-split-k": "gpu-conv-tiled"}
 # algorithms (as the samples' ``algorithm`` column names them) whose blocking is modelled above

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from codl_tvm import tiling
 from codl_tvm.predictor.base import BasePredictor, sub_spec
 from codl_tvm.predictor.blocking import (
     ANALYTIC,
@@ -42,6 +43,8 @@ from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
+from codl_tvm.tiling.variants import DEFAULT as DEFAULT_VARIANTS
+from codl_tvm.tiling.variants import KernelVariants
 
 
 def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
@@ -113,7 +116,7 @@ class CoDLPredictor(BasePredictor):
         self.family_ = {r["role"]: _family(r) for r in rows}
         groups: dict[str, list[int]] = defaultdict(list)
         subs = [sub_spec(r) for r in rows]
-        self.machine_ = _machine(rows)
+        self.machine_ = _machine(rows, getattr(self, "train_machine_", None) or {})
         for i, (r, s) in enumerate(zip(rows, subs, strict=True)):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
         stream = self.cpu_stream_bytes
@@ -280,11 +283,31 @@ class CoDLPredictor(BasePredictor):
 
     def _use_machine(self, machine: dict[str, Any]) -> None:
         """The GPU's SMs detected on the target (``gpu_sms``) spread the waves of the GPU
-        terms; the kernels stay tiled for the SMs of the compiler's arch (``machine_.sms``)."""
+        terms; the kernels stay tiled for the SMs of the compiler's arch (``machine_.sms``).
+        The target's caches (:data:`FACTS_TO_MACHINE`) replace the training machine's."""
+        self.machine_ = machine_from_facts(self.machine_, machine)
         sms = int(machine.get("gpu_sms") or 0)
         if sms:
             run = 0 if sms == self.machine_.sms else sms
             self.machine_ = dataclasses.replace(self.machine_, run_sms=run)
+
+    def _machine_mismatch(self, pair: Any) -> list[str]:
+        """The pair's CPU cores (``num-cores``) and GPU SMs (its arch's, ``tiling.SMS``)
+        against those the terms count (a GPU role that is llvm, the cpu-pair's, has none)."""
+        spec = pair if isinstance(pair, dict) else {
+            "cpu": getattr(pair, "cpu_spec", {}), "gpu": getattr(pair, "gpu_spec", {})}
+        cpu, gpu = dict(spec.get("cpu") or {}), dict(spec.get("gpu") or {})
+        m, why = self.machine_, []
+        cores = cpu.get("num-cores")
+        if cores and int(cores) != m.cores:
+            why.append(f"its CPU terms count {m.cores} cores, the pair's CPU target "
+                       f"{int(cores)}")  # fmt: skip
+        kind = str(gpu.get("kind", ""))
+        if self.family_.get("gpu") == "gpu" and kind and kind != "llvm" and gpu.get("arch"):
+            sms = tiling.sm_count(str(gpu["arch"]), kind)
+            if sms != m.sms:
+                why.append(f"its GPU terms count {m.sms} SMs, the pair's {gpu['arch']} {sms}")
+        return why
 
     def _model_json(self) -> dict[str, Any]:
         m = self.machine_
@@ -299,6 +322,8 @@ class CoDLPredictor(BasePredictor):
             by_role[role][rest] = trim_zeros(units)
         return {
             "machine": _machine_json(m, self._format_version()),
+            # the kernel variants its samples were built with: only those not the defaults
+            **({"variants": _variants_json(m.variants)} if not m.variants.is_default else {}),
             **({} if same else {"family": self.family_}),
             "t": dict(by_role),
             # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
@@ -306,7 +331,8 @@ class CoDLPredictor(BasePredictor):
         }
 
     def _load_model(self, doc: dict[str, Any]) -> None:
-        self.machine_ = _load_machine(doc["machine"])
+        self.machine_ = dataclasses.replace(
+            _load_machine(doc["machine"]), variants=KernelVariants.from_json(doc.get("variants")))
         flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
@@ -328,24 +354,58 @@ class CoDLPredictor(BasePredictor):
 # the machine facts a codl predictor file keeps, by name (files before format 4: a list in this
 # order, without run_sms; before 0.1 also without cpu_stream_bytes)
 MACHINE_FIELDS = ("cores", "lanes", "sms", "l2_bytes", "cpu_stream_bytes", "run_sms")
+# facts a file names only where they differ from the defaults (``mirror.CPU_L1_BYTES`` ...: the
+# H100 machine's), so a file that names none predicts as before they were facts
+CPU_FACT_FIELDS = ("cpu_l1_bytes", "cpu_l2_bytes_per_core", "cpu_l3_bytes", "cpu_stlb_entries",
+                   "cpu_smt")  # fmt: skip
 MACHINE_BY_NAME_FROM = 4  # the predictor file format that names its machine facts
+# detected machine facts (``profiler.machine_facts``) -> the Machine field they fill
+FACTS_TO_MACHINE = {
+    "cpu_l1_bytes": "cpu_l1_bytes",
+    "cpu_l2_bytes": "cpu_l2_bytes_per_core",  # sysfs: CPU 0's L2 (one core's)
+    # not cpu_l3_bytes: a KVM guest's sysfs reports a synthetic L3 (300 MiB on the H100
+    # machine, whose terms use its physical 105 MB), so the L3 stays the training machine's
+    "cpu_stlb_entries": "cpu_stlb_entries",  # not detected: a facts file may state it
+    "cpu_smt": "cpu_smt",  # not detected (a KVM guest shows no SMT): a facts file may state it
+    "gpu_l2_bytes": "l2_bytes",
+}
+
+
+def machine_from_facts(m: Machine, facts: dict[str, Any]) -> Machine:
+    """``m`` with the detected ``facts`` that are positive numbers (the rest kept)."""
+    changes = {}
+    for key, field in FACTS_TO_MACHINE.items():
+        value = facts.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            changes[field] = int(value)
+    return dataclasses.replace(m, **changes) if changes else m
 
 
 def _machine_json(m: Machine, version: int) -> dict[str, int] | list[int]:
     """By name from format 4; a file of format 2 saved again keeps its list (and gains
-    ``run_sms`` at the end only where calibration set it)."""
-    if version >= MACHINE_BY_NAME_FROM:
-        return {f: getattr(m, f) for f in MACHINE_FIELDS if getattr(m, f)}
+    ``run_sms`` at the end only where calibration set it), unless it has CPU facts other than
+    the defaults: then it names them all."""
+    default = Machine()
+    facts = {f: getattr(m, f) for f in CPU_FACT_FIELDS if getattr(m, f) != getattr(default, f)}
+    if version >= MACHINE_BY_NAME_FROM or facts:
+        return {**{f: getattr(m, f) for f in MACHINE_FIELDS if getattr(m, f)}, **facts}
     values = [getattr(m, f) for f in MACHINE_FIELDS]
     return values if m.run_sms else values[:-1]
+
+
+def _variants_json(v: KernelVariants) -> dict[str, Any]:
+    """The variants that differ from the defaults (a file without ``variants``: defaults)."""
+    default = DEFAULT_VARIANTS.to_json()
+    return {k: x for k, x in v.to_json().items() if x != default[k]}
 
 
 def _load_machine(doc: dict[str, int] | list[int]) -> Machine:
     if isinstance(doc, list):
         doc = dict(zip(MACHINE_FIELDS, doc, strict=False))
-    unknown = set(doc) - set(MACHINE_FIELDS)
+    known = MACHINE_FIELDS + CPU_FACT_FIELDS
+    unknown = set(doc) - set(known)
     if unknown:
-        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {MACHINE_FIELDS}")
+        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {known}")
     return Machine(**{f: int(v) for f, v in doc.items()})
 
 
@@ -371,8 +431,11 @@ def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
     return [float(c) for c in robust_rel_fit(a, y, iters)]
 
 
-def _machine(rows: list[dict[str, Any]]) -> Machine:
-    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns."""
+def _machine(rows: list[dict[str, Any]], facts: dict[str, Any]) -> Machine:
+    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns; caches and the
+    kernel variants the samples were built with from the machine ``facts`` detected where
+    they were profiled (:data:`FACTS_TO_MACHINE`, ``kernel_variants``; default: the
+    defaults)."""
 
     # the blocking columns of the conv kernels state the machine: cores/lanes, SMs
     main = {
@@ -385,8 +448,9 @@ def _machine(rows: list[dict[str, Any]]) -> Machine:
         return int(vals.most_common(1)[0][0]) if vals else default
 
     base = Machine()
-    return Machine(
+    return machine_from_facts(Machine(
         cores=most("cpu", "cores", base.cores),
         lanes=most("cpu", "unit", base.lanes),
         sms=most("gpu", "cores", base.sms),
-    )
+        variants=KernelVariants.from_json(facts.get("kernel_variants")),
+    ), facts)

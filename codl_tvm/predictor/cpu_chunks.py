@@ -11,10 +11,8 @@ worker or one core touches (session 8, from the kernels' TIR and assembly with 1
 from __future__ import annotations
 
 from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import Machine
+from codl_tvm.predictor.mirror import CPU_SMT, Machine  # noqa: F401 - CPU_SMT: this module's API
 from codl_tvm.predictor.opspec import OpSpec
-
-CPU_SMT = 2  # hardware threads per core: the guest's vCPUs are hyperthreads of half as many cores
 
 
 def conv_core_row_pairs(m: Machine, tasks_per_row: int, tasks: int) -> int:
@@ -24,10 +22,10 @@ def conv_core_row_pairs(m: Machine, tasks_per_row: int, tasks: int) -> int:
     TVM's parallel loop is chunked statically: worker ``i`` of the pool's ``m.cores``
     runs tasks ``[i*c, (i+1)*c)``, ``c = ceil(tasks / cores)`` (the generated code computes
     its range from ``num_task``; ``waves`` is ``c``). Workers ``2k, 2k+1`` are taken as the
-    two hyperthreads of one core (``CPU_SMT``; the guest shows no SMT topology, but the 1x1
+    two hyperthreads of one core (``m.cpu_smt``; the guest shows no SMT topology, but the 1x1
     samples fit pairs, 77%, and reject single workers, 65%), sharing its L2: a core runs the
-    contiguous ``CPU_SMT * c`` tasks of (channel block, row, column tile) order."""
-    per_core = _cdiv(tasks, m.cores) * CPU_SMT
+    contiguous ``cpu_smt * c`` tasks of (channel block, row, column tile) order."""
+    per_core = _cdiv(tasks, m.cores) * m.cpu_smt
     most = 0
     for a in range(0, tasks, per_core):
         b = tasks if a + per_core > tasks else a + per_core

@@ -4,25 +4,25 @@ panels a conv worker fetches, and what a call moves past the cores' caches (help
 
 from __future__ import annotations
 
+from codl_tvm.predictor.mirror import (  # noqa: F401 - the defaults: this module's API
+    CPU_L1_BYTES,
+    CPU_L2_BYTES_PER_CORE,
+)
 from codl_tvm.predictor.opspec import OpSpec
 
-# CPU caches (Intel Sapphire Rapids, Intel 64 and IA-32 Architectures Optimization Reference
-# Manual, Golden Cove: 48 KiB L1D and 2 MiB L2 per core, each core two hyperthreads).
-CPU_L1_BYTES = 48 << 10
-CPU_L2_BYTES_PER_CORE = 2 << 20
 
-
-def conv_panel_floats(panel_floats: int, k1: bool) -> float:
+def conv_panel_floats(panel_floats: int, k1: bool, l1_bytes: int = CPU_L1_BYTES) -> float:
     """Floats of one weight panel that a worker's first sweep fetches from the cores that
     packed it (``cpu_conv``'s panel term). A 1x1 model counts at most an L1's worth: beyond
     that the panel is loaded from L2 on every register tile anyway (the L1-spill term).
     Session 18: with the cap, the 1x1 stride-2 rows of a shape left out of the fit score 75%
     within +-10% (65% without the term, 72% uncapped); the stride-1 1x1 model fits it to 0.
     A KxK model's panels count whole (capped, the held-out CNNs lost 1-2 points)."""
-    return min(panel_floats, CPU_L1_BYTES // 4) if k1 else panel_floats
+    return min(panel_floats, l1_bytes // 4) if k1 else panel_floats
 
 
-def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int) -> float:
+def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int,
+                        l2_bytes: int = CPU_L2_BYTES_PER_CORE) -> float:
     """Input floats one core fetches again because its rows outgrow its L2 (``cpu_conv``).
 
     A core's tasks sweep its input rows (``fetch_floats`` over ``rows`` output rows) once per
@@ -31,10 +31,11 @@ def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int) -> float:
     hinge, as the L2's adaptive replacement keeps about its size of a cyclic sweep).
     Session 19's probe of 1x1 stride-2 convs (57x57, 256-2560 -> 256-992 channels, never
     trained on) ran 0.72-0.92x the model without it where the rows exceed 2 MB and several
-    blocks share a core, and 46% within +-10% against 83% with it."""
+    blocks share a core, and 46% within +-10% against 83% with it. ``l2_bytes``: one core's
+    L2 (``Machine.cpu_l2_bytes_per_core``)."""
     if pairs <= rows:
         return 0.0
-    return (pairs - rows) / rows * max(0.0, fetch_floats - CPU_L2_BYTES_PER_CORE / 4)
+    return (pairs - rows) / rows * max(0.0, fetch_floats - l2_bytes / 4)
 
 
 def direct_written_bytes(s: OpSpec, padded_plane: int, packed_out: int) -> int:

@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 
 from codl_tvm import tiling
-from codl_tvm.predictor.cpu_chunks import CPU_SMT
-from codl_tvm.predictor.cpu_passes import CPU_L2_BYTES_PER_CORE
 from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import Machine, eltwise_gathered_passes, gemv_blocks_per_task
+from codl_tvm.predictor.mirror import (  # noqa: F401 - the defaults: this module's API
+    CPU_L3_BYTES,
+    CPU_STLB_ENTRIES,
+    Machine,
+    eltwise_gathered_passes,
+    gemv_blocks_per_task,
+)
 from codl_tvm.predictor.opspec import OpSpec
 
 # 4 KiB pages (the host's transparent huge pages are madvise-only, TVM does not ask) and the
@@ -22,17 +26,14 @@ from codl_tvm.predictor.opspec import OpSpec
 # reach of 2048 or 2560 entries fits them alike (44.1 / 44.4% with this term alone), and the
 # documented size is kept.
 CPU_PAGE_BYTES = 4096
-CPU_STLB_ENTRIES = 2048
+# (the STLB's entries: ``Machine.cpu_stlb_entries``, default mirror.CPU_STLB_ENTRIES)
 STLB_WALK_LINES = 4  # a page walk of a GEMV row visit, in line times (17 ns / 4.2 ns)
-# The last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest
-# reports a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element
-# than one of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
-CPU_L3_BYTES = 105 << 20
+# The last-level cache: ``Machine.cpu_l3_bytes`` (default mirror.CPU_L3_BYTES, see there).
 
 
 def _l2s_bytes(m: Machine) -> int:
-    """The L2s of the ``cores / CPU_SMT`` physical cores the pool's workers run on."""
-    return max(1, m.cores // CPU_SMT) * CPU_L2_BYTES_PER_CORE
+    """The L2s of the ``cores / cpu_smt`` physical cores the pool's workers run on."""
+    return max(1, m.cores // m.cpu_smt) * m.cpu_l2_bytes_per_core
 
 
 def _stream_limit(m: Machine) -> int:
@@ -43,7 +44,7 @@ def _stream_limit(m: Machine) -> int:
 def _streamed(pass_bytes: int, m: Machine) -> float:
     """Bytes per core of a parallel pass whose working set exceeds the cores' caches: its
     passes stream from L3/DRAM at a lower rate, 0 otherwise. The limit is
-    ``m.cpu_stream_bytes`` (learned from the samples), else the L2s of ``cores / CPU_SMT``
+    ``m.cpu_stream_bytes`` (learned from the samples), else the L2s of ``cores / cpu_smt``
     Sapphire Rapids cores: the H100 machine's pool and elementwise passes change regime
     between 12 and 24 MB (16 vCPUs)."""
     return pass_bytes / m.cores if pass_bytes > _stream_limit(m) else 0.0
@@ -110,7 +111,7 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
     tail = s.OC - blocks * vb
     waves = _cdiv(tasks, m.cores) if tasks else 0
     row_bytes = min(4 * s.OC, CPU_PAGE_BYTES)  # of a weight row's page that a pass touches
-    stlb_miss = s.IC * row_bytes > CPU_STLB_ENTRIES * CPU_PAGE_BYTES
+    stlb_miss = s.IC * row_bytes > m.cpu_stlb_entries * CPU_PAGE_BYTES
     lines = per_task * (vb // m.lanes)  # 64-byte lines a task reads of each weight row
     # rows are 4*OC bytes apart (b[k, j], 64-byte aligned base): unless 16 | OC most rows start
     # off a line, so each 64-byte vfmadd231ps load of a row is a cache-line split and a visit
@@ -141,6 +142,9 @@ def cpu_dense(s: OpSpec, m: Machine) -> list[float]:
     ]
 
 
+CPU_ELTWISE_TERMS = ("row_elements", "gathered_rows", "streamed_bytes", "dram_bytes")
+
+
 def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
     """parallel-loops over (channel, row), a row per task (two passes: add, then ReLU). Where
     LLVM fully unrolls a short row (9..49 columns for the add, 9..42 for the ReLU) it vectorizes
@@ -155,5 +159,5 @@ def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
         waves * s.out_w,
         waves * s.out_w * eltwise_gathered_passes(s.out_w),  # rows vectorized across rows
         _streamed(pass_bytes, m),
-        max(0, pass_bytes - CPU_L3_BYTES) / m.cores,  # from DRAM, beyond the LLC
+        max(0, pass_bytes - m.cpu_l3_bytes) / m.cores,  # from DRAM, beyond the LLC
     ]

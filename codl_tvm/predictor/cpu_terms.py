@@ -17,7 +17,6 @@ from codl_tvm.predictor.cpu_chunks import (
     gemm_remote_panel_floats,
 )
 from codl_tvm.predictor.cpu_passes import (
-    CPU_L1_BYTES,
     conv_panel_floats,
     conv_refetch_floats,
     direct_written_bytes,
@@ -36,9 +35,9 @@ from codl_tvm.predictor.mirror import (
 from codl_tvm.predictor.opspec import OpSpec
 
 
-def _over_l1(task_bytes: int) -> bool:
+def _over_l1(task_bytes: int, m: Machine) -> bool:
     """A task's operand panel no longer stays in L1 across its reduction loop."""
-    return task_bytes > CPU_L1_BYTES
+    return task_bytes > m.cpu_l1_bytes
 
 
 def _rows_read(s: OpSpec, out_rows: int) -> int:
@@ -70,6 +69,13 @@ def conv_spills(s: OpSpec, m: Machine, vecs: int, xt: int) -> bool:
         vecs == 1 and xt == 14 and s.SW == 2 and s.KW >= 4)
 
 
+# the names of cpu_conv's terms, in the order it returns them (ties name a term, not a column:
+# reorder both together; a test checks the lengths agree)
+CPU_CONV_TERMS = ("fma", "spill_or_k1_fetch", "pad", "weight_pack", "unpack", "l1_spill",
+                  "input_fetch", "unpack_remote", "panels", "panels_all_workers", "unpack_l1",
+                  "pad_gathered", "written_past_l2s")  # fmt: skip
+
+
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
     per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
@@ -97,7 +103,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     pairs = conv_core_row_pairs(m, nx, ocp * s.out_h * nx)
     rows = pairs if pairs < s.out_h else s.out_h
     fetch = min(hp, _rows_read(s, rows)) * s.IC * wp
-    fetch += conv_refetch_floats(fetch, rows, pairs)
+    fetch += conv_refetch_floats(fetch, rows, pairs, m.cpu_l2_bytes_per_core)
     k1 = s.KH * s.KW == 1
     panels = conv_core_panels(ocp, s.out_h * nx, m.cores)
     return [
@@ -113,7 +119,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         s.out_elems / m.cores,  # unpack
         # weight vector loads of the critical core once a task's packed weight panel
         # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
-        waves * red * vecs * _over_l1(ocb * red * 4),
+        waves * red * vecs * _over_l1(ocb * red * 4, m),
         0.0 if k1 else fetch,  # the input fetch of the KxK model (see the second term)
         # unpack reads of packed tiles another worker's conv tasks wrote (from its L2, across
         # the mesh), per core (:func:`conv_unpack_remote_tiles`): the unpack is ~45% of the
@@ -131,12 +137,12 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # these the L1-spill term above fits ~80 GB/s, an L2 rate, instead of 34; the 1x1
         # model fits both to zero
         # (a 1x1 model counts each panel up to an L1's worth: :func:`conv_panel_floats`)
-        panels[0] * conv_panel_floats(ocb * red, k1),
+        panels[0] * conv_panel_floats(ocb * red, k1, m.cpu_l1_bytes),
         0.0 if k1 else panels[1] * ocb * red / m.cores,
         # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
-        _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4),
+        _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4, m),
         # the pad pass again where it compiles to gathers (:func:`mirror.pad_gathered`: a copy
         # without zero padding, rows 9..59 wide; the sampled pass of a 1x1 window at stride 2
         # where its rows are short). When 1x1 stride-2 convs still copied the whole input, their
@@ -155,6 +161,10 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         max(0, direct_written_bytes(s, hp * wp, ocp * ocb * s.out_h * owp) - _l2s_bytes(m))
         / m.cores,
     ]
+
+
+CPU_GEMM_TERMS = ("fma", "panel_loads", "input_pack", "weight_pack", "unpack", "remote_panels",
+                  "past_l2s")  # fmt: skip
 
 
 def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
@@ -196,6 +206,10 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # out: counted in, the deep stratum's weight-bound rows lost 10 points
         max(0, gemm_pass_bytes(s, pp * np_) - _l2s_bytes(m)) / m.cores,
     ]
+
+
+CPU_WINOGRAD_TERMS = ("fma", "u_within_l2s", "input_transform", "weight_transform",
+                      "output_transform", "weight_transform_streamed")  # fmt: skip
 
 
 def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:

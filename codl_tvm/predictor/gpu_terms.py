@@ -87,7 +87,7 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
     round trip per load, SASS of the H100 kernels); a ragged pixel tile. Plus the output (or
     split-K partial) elements written and split-K's sum pass: its reads, its launch and the
     serial loop over the S partials of each thread."""
-    variant = gpu_variant()
+    variant = gpu_variant(m)
     row, split, k_split = gpu_plan(s, m, tiling.DEFAULT_VARIANT if variant == tiling.DECLINE
                                    else variant)  # fmt: skip
     t = row.tile

@@ -2,7 +2,12 @@
 
 A mirror of the dispatch table ``codl_tvm/schedules/dispatch.py`` (``RULES``, first matching
 row wins) for batch-1 float32 sub-ops, built on the schedules' own pure tile rules
-(:mod:`codl_tvm.tiling`), so the predictor needs neither a PrimFunc nor TVM's compiler.
+(:mod:`codl_tvm.tiling`), so the predictor needs neither a PrimFunc nor TVM's compiler. The
+rows and their order are not kept here: :data:`ROWS` is derived from the one table both
+share (``tiling.dispatch_table.TABLE``), each row matched by name to its mirror
+(:data:`MIRRORS`) or to the reason it has none (:data:`NOT_MIRRORED`). The kernel variants
+(``tiling.KernelVariants``) are the ``Machine``'s: those the predictor's samples were
+profiled with.
 ``tests/test_predictor_blocking_mirror.py`` schedules the real sub-op kernels and checks that
 the algorithm and the block counts agree with what the schedules record.
 """
@@ -15,12 +20,27 @@ from dataclasses import dataclass
 
 from codl_tvm import tiling
 from codl_tvm.predictor.opspec import COMPUTE_KINDS, OpSpec
-from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
+from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW, KernelVariants
+from codl_tvm.tiling.dispatch_table import TABLE, TableRow
+
+# The CPU facts of the machine the shipped predictor was trained on, the defaults of
+# :class:`Machine` (a predictor file that names none has these): Intel Sapphire Rapids (Intel
+# 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: 48 KiB L1D and 2 MiB
+# L2 per core, each core two hyperthreads: the guest's vCPUs are hyperthreads of half as many
+# cores); its second-level TLB (2048 entries of 4 KiB pages: ``cpu_stream_terms.cpu_dense``);
+# the last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest reports
+# a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element than one
+# of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
+CPU_L1_BYTES = 48 << 10
+CPU_L2_BYTES_PER_CORE = 2 << 20
+CPU_L3_BYTES = 105 << 20
+CPU_STLB_ENTRIES = 2048
+CPU_SMT = 2  # hardware threads per core
 
 
 @dataclass(frozen=True)
 class Machine:
-    """What the blocking depends on: CPU cores and SIMD lanes, GPU SMs and threads."""
+    """What the blocking depends on: CPU cores, SIMD lanes and caches, GPU SMs and threads."""
 
     cores: int = 16
     lanes: int = 16
@@ -33,6 +53,16 @@ class Machine:
     # SMs that run the kernels where fewer than ``sms`` (the SMs the compiler tiled for) are
     # the process's: a GPU shared by MPS, detected on the target; 0: all of ``sms``
     run_sms: int = 0
+    # CPU caches, TLB reach and SMT (terms of ``cpu_terms``, ``cpu_stream_terms``); detected
+    # where the samples were profiled (``profiler.machine_facts``) or the defaults above
+    cpu_l1_bytes: int = CPU_L1_BYTES
+    cpu_l2_bytes_per_core: int = CPU_L2_BYTES_PER_CORE
+    cpu_l3_bytes: int = CPU_L3_BYTES
+    cpu_stlb_entries: int = CPU_STLB_ENTRIES
+    cpu_smt: int = CPU_SMT
+    # the kernel variants the samples were profiled with (compile options; stored beside the
+    # machine facts in a predictor file)
+    variants: KernelVariants = KernelVariants()
 
     @property
     def active_sms(self) -> int:
@@ -84,9 +114,9 @@ def is_dense_conv(s: OpSpec) -> bool:
     return s.kind in ("conv2d", "depthwise") and s.groups == 1
 
 
-def gpu_variant() -> str:
-    """The tile table the GPU conv rule uses now (``CODL_GPU_CONV`` / ``use_variant``)."""
-    return tiling.current_variant()
+def gpu_variant(m: Machine) -> str:
+    """The tile table the GPU conv rule uses on ``m`` (``KernelVariants.gpu_conv``)."""
+    return m.variants.gpu_conv
 
 
 def gpu_plan(s: OpSpec, m: Machine, variant: str) -> tuple[tiling.ShapeClass, int, int]:
@@ -107,7 +137,8 @@ def gpu_plan(s: OpSpec, m: Machine, variant: str) -> tuple[tiling.ShapeClass, in
 
 # ---- CPU rows (dispatch.RULES, family "cpu") -------------------------------------------
 def _cpu_gemm(s: OpSpec, m: Machine) -> Kernel | None:
-    if not is_dense_conv(s) or not tiling.gemm_wins(c := conv_shape(s), m):
+    if not is_dense_conv(s) or not tiling.gemm_wins(
+            c := conv_shape(s), m, m.variants.cpu_gemm == "always"):
         return None
     return Kernel("gemm-1x1", tiling.gemm_tasks(c, m))
 
@@ -259,7 +290,8 @@ def gpu_winograd_plan(s: OpSpec, m: Machine) -> tuple[tiling.ShapeClass, int, in
     """(GEMM shape class, tile rows, tile columns) of ``gpu_winograd.make_plan``, or None where
     the Winograd rule does not run ``s`` (its predicate fails or the tile has too many threads).
     """
-    if not is_dense_conv(s) or not tiling.gpu_winograd_wins(c := conv_shape(s)):
+    if not is_dense_conv(s) or not tiling.gpu_winograd_wins(
+            c := conv_shape(s), enabled=m.variants.gpu_winograd):
         return None
     row, th, tw = tiling.gpu_winograd_gemm(c)
     if max(row.tile.threads, tiling.WINOGRAD_TRANSFORM_THREADS) > m.max_threads:
@@ -277,7 +309,7 @@ def _gpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
 
 
 def _gpu_tiled(s: OpSpec, m: Machine) -> Kernel | None:
-    variant = gpu_variant()
+    variant = m.variants.gpu_conv
     if not is_dense_conv(s) or variant == tiling.DECLINE:
         return None
     row, split, _ = gpu_plan(s, m, variant)
@@ -332,29 +364,61 @@ def _gpu_fallback(kinds: tuple[str, ...], algorithm: str) -> Callable:
 
 Rule = Callable[[OpSpec, Machine], Kernel | None]
 CONV, POOL = ("conv2d", "depthwise"), ("pool_max", "pool_avg")
-# (rule, the op kinds it can take: it returns None for every other kind), first match wins
-ROWS: dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]] = {
-    "cpu": (
-        (_cpu_gemm, CONV), (_cpu_winograd, CONV), (_cpu_direct, CONV), (_cpu_grouped, CONV),
-        (_cpu_pool, POOL), (_cpu_gemv, ("dense",)), (_cpu_eltwise, ("elementwise",)),
-    ),
-    "gpu": (
-        (_gpu_thin_oc, CONV), (_gpu_winograd, CONV), (_gpu_tiled, CONV),
-        (_gpu_implicit_gemm, CONV),
-        (_gpu_fallback(CONV, "depthwise-direct"), CONV),
-        (_gpu_global_pool, POOL), (_gpu_fallback(POOL, "pool"), POOL),
-        (_gpu_gemv, ("dense",)),
-        (_gpu_fallback(("elementwise",), "elementwise"), ("elementwise",)),
-    ),
-}  # fmt: skip
-RULES: dict[str, tuple[Rule, ...]] = {fam: tuple(r for r, _ in rows) for fam, rows in ROWS.items()}
-# per (family, op kind) only the rules that can take that kind, in table order: kernel() runs
-# on every prediction and need not ask the pool rule about a conv
-_BY_KIND: dict[tuple[str, str], tuple[Rule, ...]] = {
-    (fam, kind): tuple(r for r, kinds in rows if kind in kinds)
-    for fam, rows in ROWS.items()
-    for kind in COMPUTE_KINDS
+# the mirror of each row of the dispatch table, by the row's name: (rule, the OpSpec kinds it
+# can take: it returns None for every other kind)
+MIRRORS: dict[str, tuple[Rule, tuple[str, ...]]] = {
+    "cpu-conv2d-gemm-1x1": (_cpu_gemm, CONV),
+    "cpu-conv2d-winograd": (_cpu_winograd, CONV),
+    "cpu-conv2d-direct-nchwc": (_cpu_direct, CONV),
+    "cpu-grouped-conv2d": (_cpu_grouped, CONV),
+    "cpu-pool2d": (_cpu_pool, POOL),
+    "cpu-matmul": (_cpu_gemv, ("dense",)),
+    "cpu-elementwise": (_cpu_eltwise, ("elementwise",)),
+    "gpu-conv2d-thin-oc": (_gpu_thin_oc, CONV),
+    "gpu-conv2d-winograd": (_gpu_winograd, CONV),
+    "gpu-conv2d-tiled": (_gpu_tiled, CONV),
+    "gpu-conv2d-implicit-gemm": (_gpu_implicit_gemm, CONV),
+    "gpu-grouped-conv2d": (_gpu_fallback(CONV, "depthwise-direct"), CONV),
+    "gpu-global-pool2d": (_gpu_global_pool, POOL),
+    "gpu-pool2d": (_gpu_fallback(POOL, "pool"), POOL),
+    "gpu-gemv": (_gpu_gemv, ("dense",)),
+    "gpu-elementwise": (_gpu_fallback(("elementwise",), "elementwise"), ("elementwise",)),
 }
+# rows of the table the predictor has no mirror of, and why
+NOT_MIRRORED: dict[str, str] = {
+    "cpu-conv2d-transpose": "OpSpec has no transposed conv",
+    "gpu-conv2d-transpose-tiled": "OpSpec has no transposed conv",
+    "gpu-matmul": "a batch-1 dense always meets gpu-gemv's predicate (M <= 4)",
+}
+
+
+def rows_of(table: tuple[TableRow, ...]) -> dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]]:
+    """Per family, the mirrors of ``table``'s rows in the table's order. A row with neither a
+    mirror nor a reason in :data:`NOT_MIRRORED` is an error: adding a rule to the dispatch
+    table must say what the predictor makes of it."""
+    unknown = [r.name for r in table if r.name not in MIRRORS and r.name not in NOT_MIRRORED]
+    if unknown:
+        raise ValueError(f"dispatch rows {unknown} have no mirror in predictor/mirror.py "
+                         "(MIRRORS) nor a reason to have none (NOT_MIRRORED)")  # fmt: skip
+    out: dict[str, list[tuple[Rule, tuple[str, ...]]]] = {"cpu": [], "gpu": []}
+    for r in table:
+        if r.name in MIRRORS:
+            out.setdefault(r.family, []).append(MIRRORS[r.name])
+    return {fam: tuple(rows) for fam, rows in out.items()}
+
+
+def by_kind(rows: dict[str, tuple[tuple[Rule, tuple[str, ...]], ...]]
+            ) -> dict[tuple[str, str], tuple[Rule, ...]]:
+    """Per (family, OpSpec kind) only the rules that can take that kind, in table order:
+    kernel() runs on every prediction and need not ask the pool rule about a conv."""
+    return {(fam, kind): tuple(r for r, kinds in fam_rows if kind in kinds)
+            for fam, fam_rows in rows.items() for kind in COMPUTE_KINDS}  # fmt: skip
+
+
+# (rule, the op kinds it can take), first match wins: the dispatch table's rows, mirrored
+ROWS = rows_of(TABLE)
+RULES: dict[str, tuple[Rule, ...]] = {fam: tuple(r for r, _ in rows) for fam, rows in ROWS.items()}
+_BY_KIND = by_kind(ROWS)
 
 
 def kernel(family: str, s: OpSpec, m: Machine) -> Kernel:

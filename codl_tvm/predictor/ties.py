@@ -7,6 +7,10 @@ model.
 
 A tied unit is not stored: a predictor file holds 0 in its column (trailing zeros are left
 out), and loading derives it again from the source model, as the fit did.
+
+Ties name terms (``blocking.TERM_NAMES``), not columns: the tied term of a model and the
+source model's units a tie reads are looked up by name, so reordering a term list (with its
+names) keeps every tie.
 """
 
 from __future__ import annotations
@@ -14,40 +18,41 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from codl_tvm.predictor.blocking import TERM_NAMES, term_column
+
 TIES_DERIVED_FROM = 3  # the predictor file format that stops storing tied units
 
+Units = Mapping[str, float] | None  # a source model's units by term name (None: no such model)
 
-def streamed_byte_us(eltwise: Any) -> float:
+
+def streamed_byte_us(eltwise: Units) -> float:
     """Time per byte per core of a parallel pass past the caches, from the fitted elementwise
-    model (``cpu_stream_terms.cpu_eltwise``; ``[t0, per element, gathered, streamed byte, DRAM
-    byte]``): its per-element unit over the 8 bytes an element's pass counts, plus its
-    streamed-byte unit. 0 without such a model (a quick profile) or with a recorded one."""
-    if not isinstance(eltwise, list) or len(eltwise) < 4:
+    model (``cpu_stream_terms.cpu_eltwise``): its per-element unit over the 8 bytes an
+    element's pass counts, plus its streamed-byte unit. 0 without such a model (a quick
+    profile), with a recorded one, or one whose file trimmed the streamed-byte unit."""
+    if not eltwise or "streamed_bytes" not in eltwise:
         return 0.0
-    return eltwise[1] / 8 + eltwise[3]
+    return eltwise["row_elements"] / 8 + eltwise["streamed_bytes"]
 
 
-def streamed_extra_byte_us(eltwise: Any) -> float:
+def streamed_extra_byte_us(eltwise: Units) -> float:
     """What a byte of a parallel pass costs per core past the caches on top of its in-cache
     time: the elementwise model's streamed-byte unit alone (its per-element unit prices the
     pass in cache, as a kernel's own pass units do). 0 as :func:`streamed_byte_us`."""
-    if not isinstance(eltwise, list) or len(eltwise) < 4:
+    if not eltwise or "streamed_bytes" not in eltwise:
         return 0.0
-    return eltwise[3]
+    return eltwise["streamed_bytes"]
 
 
 class Tie(NamedTuple):
-    """Column ``column`` of a model's terms takes ``unit(<role>/<source> model's units)``."""
+    """Term ``term`` of a model takes ``unit(<role>/<source> model's units, by name)``."""
 
-    column: int
+    term: str
     source: str
-    unit: Callable[[Any], float | None]  # None: no such source, the column is fitted instead
+    unit: Callable[[Units], float | None]  # None: no such source, the term is fitted instead
 
 
-WEIGHT_PACK_COLUMN = 4  # the weight pack of ``cpu_conv`` and of ``cpu_gemm`` (after t0)
-
-
-def k1_weight_pack_us(k1s2: Any) -> float | None:
+def k1_weight_pack_us(k1s2: Units) -> float | None:
     """The 1x1 stride-2 direct-conv model's weight-pack unit, for the 1x1 GEMM's pack.
 
     Both kernels pack an OC x IC weight into OC-blocked panels on every call, one parallel
@@ -57,9 +62,9 @@ def k1_weight_pack_us(k1s2: Any) -> float | None:
     pack, so held out its fit set 2.35 ns and those rows ran 0.6-0.9x their predictions. The
     stride-2 rows, small outputs of wide weights, set the unit on their own (session 18). None
     without that model (a profile without ``--downsample``): the GEMM fits its own."""
-    if not isinstance(k1s2, list) or len(k1s2) <= WEIGHT_PACK_COLUMN:
+    if not k1s2 or "weight_pack" not in k1s2:
         return None
-    return float(k1s2[WEIGHT_PACK_COLUMN])
+    return float(k1s2["weight_pack"])
 
 
 # (family, algorithm) -> its ties. The CPU Winograd weight transform's bytes beyond the L2s
@@ -74,32 +79,33 @@ def k1_weight_pack_us(k1s2: Any) -> float | None:
 # term) likewise; every filter-size variant's model takes it (session 18).
 # The 1x1 GEMM's weight pack takes the 1x1 stride-2 direct conv's (:func:`k1_weight_pack_us`).
 TIED_UNITS: dict[tuple[str, str], tuple[Tie, ...]] = {
-    ("cpu", "winograd-2x2-3x3"): (Tie(6, "elementwise/parallel-loops", streamed_byte_us),),
-    ("cpu", "gemm-1x1"): (Tie(7, "elementwise/parallel-loops", streamed_extra_byte_us),
-                          Tie(4, "conv2d/direct-nchwc/k1s2", k1_weight_pack_us)),
-    ("cpu", "direct-nchwc"): (Tie(13, "elementwise/parallel-loops", streamed_extra_byte_us),),
+    ("cpu", "winograd-2x2-3x3"): (
+        Tie("weight_transform_streamed", "elementwise/parallel-loops", streamed_byte_us),),
+    ("cpu", "gemm-1x1"): (Tie("past_l2s", "elementwise/parallel-loops", streamed_extra_byte_us),
+                          Tie("weight_pack", "conv2d/direct-nchwc/k1s2", k1_weight_pack_us)),
+    ("cpu", "direct-nchwc"): (
+        Tie("written_past_l2s", "elementwise/parallel-loops", streamed_extra_byte_us),),
 }
 
 # The direct conv's weight loads once a task's packed panel spills L1 (``cpu_terms.cpu_conv``'s
-# sixth term, column 6 after t0). Since session 17 a 1x1 window at stride 2 runs the stride-1
+# ``l1_spill`` term). Since session 17 a 1x1 window at stride 2 runs the stride-1
 # 1x1 hot loop over its sampled copy, so its model takes the stride-1 model's unit. Fitted on
 # its 24 shapes alone the unit came out 5x the stride-1 one and stood in for other costs. Tied,
 # the deep strata's 1x1 stride-2 rows (never trained on; IC 448-3650, whose panels spill) go
 # from 65 to 71% within +-10%, all 236 strata rows from 55.5 to 60.6%, leave one shape out from
 # 63.5 to 64.9%; the split's 1x1 stride-2 rows from 71.9 to 71.5% (PREDICTOR.md, session 17)
-L1_SPILL_COLUMN = 6
 
 
-def stride1_l1_spill_us(k1: Any) -> float:
+def stride1_l1_spill_us(k1: Units) -> float:
     """The stride-1 1x1 direct-conv model's L1-spill unit; 0 without one (or a recorded one)."""
-    if not isinstance(k1, list) or len(k1) <= L1_SPILL_COLUMN:
+    if not k1 or "l1_spill" not in k1:
         return 0.0
-    return float(k1[L1_SPILL_COLUMN])
+    return float(k1["l1_spill"])
 
 
 # (family, algorithm, filter-size variant) -> its ties, beside its algorithm's :data:`TIED_UNITS`
 TIED_VARIANT_UNITS: dict[tuple[str, str, str], tuple[Tie, ...]] = {
-    ("cpu", "direct-nchwc", "k1s2"): (Tie(L1_SPILL_COLUMN, "conv2d/direct-nchwc/k1",
+    ("cpu", "direct-nchwc", "k1s2"): (Tie("l1_spill", "conv2d/direct-nchwc/k1",
                                           stride1_l1_spill_us),),
 }
 
@@ -113,15 +119,31 @@ def ties_of(key: str, family: Mapping[str, str]) -> list[Tie]:
     return [*by_variant, *TIED_UNITS.get((fam, algo), ())]
 
 
+def named_units(family: str, source: str, units: Any) -> dict[str, float] | None:
+    """A model's units by term name (``source``: ``kind/algorithm[/variant]``); None for a
+    missing or recorded-blocking model. A file's trimmed list names only the units it has."""
+    if not isinstance(units, list):
+        return None
+    names = TERM_NAMES[(family, source.split("/")[1])]
+    return dict(zip(names, units, strict=False))
+
+
 def tied_units(key: str, family: Mapping[str, str], models: Mapping[str, Any]
                ) -> dict[int, float]:
     """Column -> unit of each tie of ``key``, from ``models`` (those fitted or loaded so far).
     A tie whose source is missing and has no default (unit None) is left out: its column is
     fitted."""
-    role = key.split("/")[0]
-    units = {tie.column: tie.unit(models.get(f"{role}/{tie.source}"))
+    role, _, algo = key.split("/")[:3]
+    fam = family[role]
+    units = {term_column(fam, algo, tie.term):
+             tie.unit(named_units(fam, tie.source, models.get(f"{role}/{tie.source}")))
              for tie in ties_of(key, family)}  # fmt: skip
     return {col: unit for col, unit in units.items() if unit is not None}
+
+
+def tie_column(family: str, algorithm: str, tie: Tie) -> int:
+    """The column of the model's terms that ``tie`` sets."""
+    return term_column(family, algorithm, tie.term)
 
 
 def tie_order(keys: Iterable[str], family: Mapping[str, str]) -> list[str]:

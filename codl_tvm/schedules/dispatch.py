@@ -1,5 +1,9 @@
 """One dispatch table: (processor family, op kind, shape predicate) -> schedule rule.
 
+The rows' names, families and op kinds, and their order, are ``tiling.dispatch_table.TABLE``
+(shared with the latency predictor's mirror, which imports no TVM); this module attaches each
+row's predicate and schedule.
+
 Rules are tried in table order; the first whose family/op/predicate match and that
 succeeds wins. A rule that cannot handle a PrimFunc raises and the next one is tried; when
 none is left, DLight (GPU) or a plain/parallel loop nest (CPU) is used.
@@ -17,6 +21,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
 from ..tiling import GLOBAL_POOL_MIN_WINDOW
+from ..tiling.dispatch_table import TABLE, TableRow
 from . import (
     conv_transpose,
     cpu_conv,
@@ -203,41 +208,53 @@ def _gpu_transposed(func, info, target, t, name) -> Scheduled:
     return new, dataclasses.replace(blocking, op="conv2d_transpose")
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("cpu-conv2d-gemm-1x1", "cpu", ("conv2d",), cpu_gemm.wins, cpu_gemm1x1),
-    Rule("cpu-conv2d-winograd", "cpu", ("conv2d",), cpu_winograd.wins, cpu_winograd_f23),
-    Rule("cpu-conv2d-direct-nchwc", "cpu", ("conv2d",), _f32, cpu_direct),
-    Rule("cpu-conv2d-transpose", "cpu", ("conv2d_transpose",), _f32, cpu_direct_transposed),
-    Rule("cpu-grouped-conv2d", "cpu", ("depthwise_conv2d", "group_conv2d"), _f32, cpu_grouped),
-    Rule("cpu-pool2d", "cpu", ("pool2d",), _always, cpu_pool),
-    Rule("cpu-matmul", "cpu", ("matmul",), _f32, cpu_matmul),
-    Rule("cpu-elementwise", "cpu", ("elementwise",), _always, cpu_parallel),
+# each row's predicate and schedule, by the row's name in the table (``tiling.TABLE``: the
+# order and the op kinds, shared with the predictor's dispatch mirror)
+IMPLEMENTATIONS: dict[str, tuple[Callable[[OpInfo, TargetInfo], bool], ApplyFn]] = {
+    "cpu-conv2d-gemm-1x1": (cpu_gemm.wins, cpu_gemm1x1),
+    "cpu-conv2d-winograd": (cpu_winograd.wins, cpu_winograd_f23),
+    "cpu-conv2d-direct-nchwc": (_f32, cpu_direct),
+    "cpu-conv2d-transpose": (_f32, cpu_direct_transposed),
+    "cpu-grouped-conv2d": (_f32, cpu_grouped),
+    "cpu-pool2d": (_always, cpu_pool),
+    "cpu-matmul": (_f32, cpu_matmul),
+    "cpu-elementwise": (_always, cpu_parallel),
     # OC <= 4 (RGB outputs): one output per thread beat every GEMM tiling on the H100 (10% vs
     # 5% of peak on fast-style-transfer's last layer), the GEMM's M side being 3 rows
-    Rule("gpu-conv2d-thin-oc", "gpu", ("conv2d",), _thin_oc, _dlight(("fallback",), "direct")),
+    "gpu-conv2d-thin-oc": (_thin_oc, _dlight(("fallback",), "direct")),
     # 3x3 s1 Winograd F(2x2,3x3) for IC >= 32: 1.02-2.35x over the tiled conv on the H100
-    # (benchmarks/kernels.py build --gpu-winograd); CODL_GPU_WINOGRAD=0 turns it off
-    Rule("gpu-conv2d-winograd", "gpu", ("conv2d",), gpu_winograd.wins, gpu_winograd.apply),
-    Rule("gpu-conv2d-tiled", "gpu", ("conv2d",), _f32, gpu_conv.apply),
-    Rule("gpu-conv2d-transpose-tiled", "gpu", ("conv2d_transpose",), _f32, _gpu_transposed),
-    Rule("gpu-conv2d-implicit-gemm", "gpu", ("conv2d",), _always,
-         _dlight(("matmul", "fallback"), "implicit-gemm")),
-    Rule("gpu-grouped-conv2d", "gpu", ("depthwise_conv2d", "group_conv2d"), _always,
-         _dlight(("fallback",), "depthwise-direct")),
+    # (benchmarks/kernels.py build --gpu-winograd); KernelVariants(gpu_winograd=False) turns
+    # it off
+    "gpu-conv2d-winograd": (gpu_winograd.wins, gpu_winograd.apply),
+    "gpu-conv2d-tiled": (_f32, gpu_conv.apply),
+    "gpu-conv2d-transpose-tiled": (_f32, _gpu_transposed),
+    "gpu-conv2d-implicit-gemm": (_always, _dlight(("matmul", "fallback"), "implicit-gemm")),
+    "gpu-grouped-conv2d": (_always, _dlight(("fallback",), "depthwise-direct")),
     # a 1x1-output pool over a wide window (instance norm's mean, global average pooling): one
     # block per output reducing across its threads; Fallback gave each output one thread and
     # a serial loop over the window (307200 elements for fast-style-transfer's first norm)
-    Rule("gpu-global-pool2d", "gpu", ("pool2d",), _global_pool, _gpu_global_pool),
-    Rule("gpu-pool2d", "gpu", ("pool2d",), _always, _dlight(("fallback",), "pool")),
+    "gpu-global-pool2d": (_global_pool, _gpu_global_pool),
+    "gpu-pool2d": (_always, _dlight(("fallback",), "pool")),
     # batch-1 dense x[1, K] @ W[K, N]: DLight's GEMV rules decline the K-outer weight, and its
     # Fallback gives each thread one column and a serial loop over all of K (168 us for
     # 1024 -> 1000 on the H100); Reduction splits K over 16 threads and reduces across them
-    Rule("gpu-gemv", "gpu", ("matmul",), _small_m,
-         _dlight(("gemv", "low_batch_gemv", "matmul", "reduction", "fallback"), "gemv")),
-    Rule("gpu-matmul", "gpu", ("matmul",), _always, _dlight(("matmul", "fallback"), "gemm")),
-    Rule("gpu-elementwise", "gpu", ("elementwise",), _always,
-         _dlight(("fallback",), "elementwise")),
-)
+    "gpu-gemv": (_small_m,
+                 _dlight(("gemv", "low_batch_gemv", "matmul", "reduction", "fallback"), "gemv")),
+    "gpu-matmul": (_always, _dlight(("matmul", "fallback"), "gemm")),
+    "gpu-elementwise": (_always, _dlight(("fallback",), "elementwise")),
+}
+
+
+def build_rules(table: tuple[TableRow, ...] = TABLE) -> tuple[Rule, ...]:
+    """The rules of ``table``'s rows, in its order (a row without an implementation is an
+    error: the table is the one list of rules)."""
+    missing = [row.name for row in table if row.name not in IMPLEMENTATIONS]
+    if missing:
+        raise ValueError(f"dispatch rows without a schedule: {missing}")
+    return tuple(Rule(row.name, row.family, row.ops, *IMPLEMENTATIONS[row.name]) for row in table)
+
+
+RULES: tuple[Rule, ...] = build_rules()
 
 GPU_FALLBACK = ("matmul", "gemv", "reduction", "general_reduction", "fallback")
 

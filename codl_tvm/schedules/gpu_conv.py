@@ -16,8 +16,9 @@ layers: 169 pixels, K = 9216) split K over ``S`` blocks (``blockIdx.z``): pass 1
 result is deterministic.
 
 Tile configurations are data (:data:`VARIANTS`): a variant is a table of shape classes,
-first matching row wins. ``CODL_GPU_CONV`` (env) or :func:`use_variant` picks the variant;
-``"dlight"`` makes this rule decline so the DLight implicit GEMM runs instead.
+first matching row wins. ``KernelVariants.gpu_conv`` (``codl_tvm.compile(..., variants=)``) or
+:func:`use_variant` picks the variant; ``"dlight"`` makes this rule decline so the DLight
+implicit GEMM runs instead.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from codl_tvm.tiling import (  # noqa: F401 - re-exported: this module's API
     DECLINE,
     DEFAULT_SMS,
     DEFAULT_VARIANT,
-    ENV,
     MAX_SPLIT,
     MID,
     MIN_K_PER_SPLIT,
@@ -98,7 +98,7 @@ def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None 
     """Pick the tile of the first matching shape class and the split-K factor."""
     name = variant or current_variant()
     if name == DECLINE:
-        raise Unsupported(f"{ENV}={DECLINE}: GPU conv left to DLight")
+        raise Unsupported(f"gpu_conv={DECLINE}: GPU conv left to DLight")
     if c.groups != 1:
         raise Unsupported("grouped conv")
     m, n, k = c.oc, c.n * c.oh * c.ow, c.ic * c.kh * c.kw

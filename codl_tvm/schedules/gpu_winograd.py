@@ -17,8 +17,9 @@ Four kernels in one PrimFunc (all ``te``, scheduled with ``s_tir.Schedule``):
    the fused epilogue (bias, ReLU) inlined; the last row/column of a partial tile is
    predicated off.
 
-The rule is on by default (``CODL_GPU_WINOGRAD=0`` turns it off) for IC >= ``MIN_IC``, the
-shapes where it beat the tiled conv on the H100 (``benchmarks/kernels.py build --gpu-winograd``).
+The rule is on by default (``KernelVariants(gpu_winograd=False)`` turns it off) for
+IC >= ``MIN_IC``, the shapes where it beat the tiled conv on the H100
+(``benchmarks/kernels.py build --gpu-winograd``).
 Its predicate, GEMM tile and grids are pure functions of :mod:`codl_tvm.tiling`, shared with
 the latency predictor's mirror of the dispatch table (``predictor/mirror.py``).
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 from collections.abc import Iterator
 
 from tvm import te, tirx
@@ -46,7 +46,6 @@ from .gpu_conv import _bind
 from .rebuild import Unsupported, inline_epilogue, rebuild
 from .target_info import TargetInfo
 
-ENV = tiling.WINOGRAD_ENV
 ALGORITHM = "gpu-winograd-2x2-3x3"
 TRANSFORM_THREADS = tiling.WINOGRAD_TRANSFORM_THREADS
 TRANSFORMS = ("codl_wino_v", "codl_wino_u", "codl_unpack")  # grid keys "v.*", "u.*", "y.*"
@@ -80,22 +79,16 @@ class Plan(tiling.TiledGemm):
 
 
 def enabled() -> bool:
-    """Whether the rule is on: always, unless ``CODL_GPU_WINOGRAD=0``."""
+    """Whether the rule is on now (``KernelVariants.gpu_winograd``; on by default)."""
     return tiling.gpu_winograd_enabled()
 
 
 @contextlib.contextmanager
-def enable() -> Iterator[None]:
-    """Turn the rule on inside the ``with`` block (the benchmark builds its library so)."""
-    old = os.environ.get(ENV)
-    os.environ[ENV] = "1"
-    try:
+def enable(on: bool = True) -> Iterator[None]:
+    """Turn the rule on (or off) inside the ``with`` block (the benchmark builds its library
+    so)."""
+    with tiling.use_variants(gpu_winograd=on):
         yield
-    finally:
-        if old is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = old
 
 
 def applies(c: Conv2DInfo | None) -> bool:
@@ -107,8 +100,8 @@ MIN_IC = tiling.GPU_WINOGRAD_MIN_IC  # measured threshold: see tiling.GPU_WINOGR
 
 
 def wins(info: OpInfo, _t: TargetInfo) -> bool:
-    """Dispatch predicate: float32 3x3 stride-1 convs with IC >= ``MIN_IC``, unless
-    ``CODL_GPU_WINOGRAD=0``."""
+    """Dispatch predicate: float32 3x3 stride-1 convs with IC >= ``MIN_IC``, unless the
+    kernel variants turn the rule off (``gpu_winograd=False``)."""
     return (info.dtype == "float32" and info.conv is not None
             and tiling.gpu_winograd_wins(info.conv, MIN_IC))
 

@@ -42,7 +42,6 @@ from .gpu import (
     DECLINE,
     DEFAULT_SMS,
     DEFAULT_VARIANT,
-    ENV,
     GLOBAL_POOL_MIN_WINDOW,
     GPU_WINOGRAD_MIN_IC,
     MAX_SPLIT,
@@ -56,7 +55,6 @@ from .gpu import (
     THIN_OC,
     TINY_N,
     VARIANTS,
-    WINOGRAD_ENV,
     WINOGRAD_TRANSFORM_THREADS,
     ShapeClass,
     Tile,
@@ -75,6 +73,7 @@ from .gpu import (
     wt_row_pad,
     wt_row_stride,
 )
+from .variants import KernelVariants, current_variants, use_variants
 
 __all__ = [
     "M_TILE",
@@ -114,7 +113,6 @@ __all__ = [
     "VARIANTS",
     "DEFAULT_VARIANT",
     "DECLINE",
-    "ENV",
     "SMS",
     "DEFAULT_SMS",
     "MIN_WAVES",
@@ -128,7 +126,6 @@ __all__ = [
     "matches",
     "shape_class",
     "split_k",
-    "WINOGRAD_ENV",
     "GPU_WINOGRAD_MIN_IC",
     "WINOGRAD_TRANSFORM_THREADS",
     "gpu_winograd_enabled",
@@ -136,4 +133,7 @@ __all__ = [
     "gpu_winograd_gemm",
     "gpu_winograd_grid",
     "GLOBAL_POOL_MIN_WINDOW",
+    "KernelVariants",
+    "current_variants",
+    "use_variants",
 ]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
 
+from . import variants as _variants
 from .common import Conv, Simd
 
 
@@ -25,26 +25,25 @@ def direct_tasks(c: Conv, t: Simd) -> int:
 MAX_VECS = 3  # pixel vectors per register tile; more only adds tail waste on small images
 
 
-# "always": every conv the GEMM computes goes to it, the measured predicate aside (to measure
-# the two kernels on the same sub-ops); unset or anything else: the measured predicate
-GEMM_ENV = "CODL_CPU_GEMM"
-
-
 def gemm_applies(c: Conv) -> bool:
     """1x1, groups 1, any stride (its input pack samples the strided pixels; dilation is
     irrelevant)."""
     return (c.kh, c.kw, c.groups) == (1, 1, 1)
 
 
-def gemm_wins(c: Conv, t: Simd) -> bool:
+def gemm_wins(c: Conv, t: Simd, always: bool | None = None) -> bool:
     """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it): every 1x1
     conv at stride 1; at stride > 1 it won and lost by shape (KERNELS.md, session 17), so the
-    direct conv keeps those."""
+    direct conv keeps those, unless ``always`` (``KernelVariants.cpu_gemm == "always"``: every
+    1x1 conv, to measure the two kernels on the same sub-ops). ``always`` None: the schedules'
+    current variants; the predictor passes its own."""
     if not gemm_applies(c):
         return False
     if c.stride[0] == 1 and c.stride[1] == 1:
         return True
-    return os.environ.get(GEMM_ENV) == "always"  # read last: the predictor calls this per op
+    if always is None:
+        always = _variants.current_variants().cpu_gemm == "always"
+    return always
 
 
 def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 from collections.abc import Iterator
 
+from . import variants as _variants
 from .common import Conv
 from .cpu import winograd_applies, winograd_grid
 
@@ -134,7 +134,6 @@ VARIANTS: dict[str, tuple[ShapeClass, ...]] = {
 }
 DEFAULT_VARIANT = "tiled"
 DECLINE = "dlight"  # variant name under which the tiled rule steps aside for DLight's Matmul
-ENV = "CODL_GPU_CONV"
 
 # Streaming multiprocessors / compute units per target arch; split-K aims at MIN_WAVES waves.
 SMS = {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "opencl": 4}
@@ -144,19 +143,14 @@ MAX_SPLIT = 16
 MIN_K_PER_SPLIT = 256  # below this a split's blocks spend more on loads than on FMAs
 SUM_THREADS = 128  # threads per block of split-K's second (sum) pass
 
-_override: list[str] = []
-
-
 @contextlib.contextmanager
 def use_variant(name: str) -> Iterator[None]:
-    """Schedule with the tile table ``name`` (or ``"dlight"``) inside the ``with`` block."""
+    """Schedule with the tile table ``name`` (or ``"dlight"``) inside the ``with`` block (the
+    ``gpu_conv`` of :class:`~codl_tvm.tiling.variants.KernelVariants`)."""
     if name not in VARIANTS and name != DECLINE:
         raise ValueError(f"unknown GPU conv variant {name!r}; known: {variant_names()}")
-    _override.append(name)
-    try:
+    with _variants.use_variants(gpu_conv=name):
         yield
-    finally:
-        _override.pop()
 
 
 def variant_names() -> list[str]:
@@ -165,10 +159,8 @@ def variant_names() -> list[str]:
 
 
 def current_variant() -> str:
-    name = _override[-1] if _override else os.environ.get(ENV, DEFAULT_VARIANT)
-    if name not in VARIANTS and name != DECLINE:
-        raise ValueError(f"{ENV}={name!r} is not a GPU conv variant; known: {variant_names()}")
-    return name
+    """The tile table the schedules use now (``KernelVariants.gpu_conv``)."""
+    return _variants.current_variants().gpu_conv
 
 
 def sm_count(arch: str, kind: str) -> int:
@@ -205,7 +197,6 @@ def split_k(row: ShapeClass, m: int, n: int, k: int, sms: int) -> tuple[int, int
 
 
 # ---- GPU Winograd F(2x2, 3x3) -----------------------------------------------------------
-WINOGRAD_ENV = "CODL_GPU_WINOGRAD"
 GPU_WINOGRAD_MIN_IC = 32  # H100: 1.02-2.35x over the tiled conv on all 26 workload shapes with
 #                          IC >= 32, 0.28-0.32x on the three with IC = 3
 #                          (benchmarks/results/kernels-h100-winograd.json)
@@ -220,14 +211,18 @@ _TRANSFORM_KEYS = (
 
 
 def gpu_winograd_enabled() -> bool:
-    """On unless ``CODL_GPU_WINOGRAD=0``."""
-    return os.environ.get(WINOGRAD_ENV, "") != "0"
+    """Whether the schedules use the rule now (``KernelVariants.gpu_winograd``; on by
+    default)."""
+    return _variants.current_variants().gpu_winograd
 
 
-def gpu_winograd_wins(c: Conv, min_ic: int = GPU_WINOGRAD_MIN_IC) -> bool:
-    """Shape and switch part of ``gpu_winograd.wins`` (the dtype is the caller's check)."""
-    # the switch (an environment read) last: the predictor asks this of every GPU conv
-    return winograd_applies(c) and c.ic >= min_ic and gpu_winograd_enabled()
+def gpu_winograd_wins(c: Conv, min_ic: int = GPU_WINOGRAD_MIN_IC, enabled: bool | None = None
+                      ) -> bool:
+    """Shape and switch part of ``gpu_winograd.wins`` (the dtype is the caller's check);
+    ``enabled``: the switch (the predictor passes its own), None: the schedules' current one."""
+    if not (winograd_applies(c) and c.ic >= min_ic):
+        return False
+    return gpu_winograd_enabled() if enabled is None else enabled
 
 
 def gpu_winograd_gemm(c: Conv) -> tuple[ShapeClass, int, int]:

@@ -1,0 +1,133 @@
+"""Kernel variants: the compile options that change which kernel (or tile table) a sub-op gets.
+
+Before, three environment switches did this (``CODL_GPU_CONV``, ``CODL_CPU_GEMM``,
+``CODL_GPU_WINOGRAD``); they are no longer read. A :class:`KernelVariants` is passed to
+``codl_tvm.compile(..., variants=...)``, which schedules inside :func:`use_variants`; it is
+recorded in the artifact manifest, and a predictor records the variants its samples were
+profiled with (``Machine.variants``), so the predictor's dispatch mirror picks the kernels
+that really ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+CPU_GEMM_CHOICES = ("measured", "always")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelVariants:
+    """Which variant of codl-tvm's kernels to compile.
+
+    Attributes
+    ----------
+    gpu_conv : str
+        Tile table of the ``gpu-conv2d-tiled`` rule (``tiling.VARIANTS``: ``tiled``,
+        ``tiled-v1``, ``tiled-64``, ``tiled-128``, ``tiled-nosplitk``), or ``dlight`` to leave
+        the GPU conv to DLight's Matmul (the old ``CODL_GPU_CONV``).
+    cpu_gemm : str
+        ``measured``: the 1x1 GEMM takes the convs its measured predicate gives it (stride 1);
+        ``always``: every 1x1 conv, any stride (the old ``CODL_CPU_GEMM=always``).
+    gpu_winograd : bool
+        The GPU Winograd F(2x2,3x3) rule on (the default) or off (``CODL_GPU_WINOGRAD=0``).
+    """
+
+    gpu_conv: str = "tiled"
+    cpu_gemm: str = "measured"
+    gpu_winograd: bool = True
+
+    def __post_init__(self) -> None:
+        if self.gpu_conv != "tiled":  # the default is valid (and DEFAULT is made while gpu.py,
+            from .gpu import variant_names  # which imports this module, is not yet loaded)
+
+            if self.gpu_conv not in variant_names():
+                raise ValueError(f"unknown gpu_conv variant {self.gpu_conv!r}; "
+                                 f"known: {variant_names()}")  # fmt: skip
+        if self.cpu_gemm not in CPU_GEMM_CHOICES:
+            raise ValueError(f"unknown cpu_gemm variant {self.cpu_gemm!r}; "
+                             f"known: {list(CPU_GEMM_CHOICES)}")  # fmt: skip
+        if not isinstance(self.gpu_winograd, bool):
+            raise ValueError(f"gpu_winograd must be true or false, not {self.gpu_winograd!r}")
+
+    @property
+    def is_default(self) -> bool:
+        return self == DEFAULT
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> KernelVariants:
+        """From :meth:`to_json`'s dict (missing keys: the defaults; None: all defaults)."""
+        if not doc:
+            return DEFAULT
+        if not isinstance(doc, dict):
+            raise ValueError(f"kernel variants must be an object, not {doc!r}")
+        unknown = set(doc) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"unknown kernel variants {sorted(unknown)}; known: {list(FIELDS)}")
+        return cls(**doc)
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> KernelVariants:
+        """From ``KEY=VALUE`` texts (the command line's ``--kernel-variant``), e.g.
+        ``gpu_conv=tiled-64``, ``cpu_gemm=always``, ``gpu_winograd=off``."""
+        values: dict[str, Any] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or key not in FIELDS:
+                raise ValueError(f"kernel variant {item!r}: expected KEY=VALUE with KEY one of "
+                                 f"{', '.join(FIELDS)}")  # fmt: skip
+            value = value.strip()
+            if key == "gpu_winograd":
+                flag = _BOOLS.get(value.lower())
+                if flag is None:
+                    raise ValueError(f"kernel variant {item!r}: gpu_winograd is on or off")
+                values[key] = flag
+            else:
+                values[key] = value
+        return cls(**values)
+
+    def describe(self) -> str:
+        """``gpu_conv=tiled,cpu_gemm=measured,gpu_winograd=on`` (for messages)."""
+        return ",".join(f"{k}={_text(v)}" for k, v in self.to_json().items())
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(KernelVariants))
+_BOOLS = {"on": True, "1": True, "true": True, "yes": True,
+          "off": False, "0": False, "false": False, "no": False}  # fmt: skip
+DEFAULT = KernelVariants()
+# the environment switches that chose these before; no longer read (``compile`` warns if set)
+OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
+                    "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
+
+_stack: list[KernelVariants] = []
+
+
+def _text(v: Any) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
+def current_variants() -> KernelVariants:
+    """The variants the schedules use now: the innermost :func:`use_variants`, else defaults."""
+    return _stack[-1] if _stack else DEFAULT
+
+
+@contextlib.contextmanager
+def use_variants(
+    variants: KernelVariants | None = None, **changes: Any
+) -> Iterator[KernelVariants]:
+    """Schedule with ``variants`` (default: the current ones), with ``changes`` applied, inside
+    the ``with`` block."""
+    v = variants if variants is not None else current_variants()
+    if changes:
+        v = dataclasses.replace(v, **changes)
+    _stack.append(v)
+    try:
+        yield v
+    finally:
+        _stack.pop()

@@ -1,0 +1,51 @@
+"""The ops between the planned ones: collected from the module, priced where they run."""
+
+from __future__ import annotations
+
+import pytest
+
+import codl_tvm
+from codl_tvm import zoo
+from codl_tvm.planner import AnalyticCosts, MeasuredCosts, build_graph
+from codl_tvm.planner.opgraph import ModelGraph
+from codl_tvm.planner.search import Evaluator, Layout, layout_cost
+
+
+@pytest.fixture(scope="module")
+def resnet() -> ModelGraph:
+    return build_graph(codl_tvm.load_model(zoo.get("resnet-18")))
+
+
+def test_residual_adds_and_activations_are_glue_and_views_are_not(resnet) -> None:
+    ops = {g.op for g in resnet.glue}
+    assert {"relax.add", "relax.nn.relu", "relax.mean"} <= ops
+    assert not ops & {"relax.reshape", "relax.flatten"}
+    ids = {n.op_id for n in resnet.nodes}
+    adds = [g for g in resnet.glue if g.op == "relax.add"]
+    assert adds and all(g.source in ids for g in adds)  # each follows a planned op
+    mean = next(g for g in resnet.glue if g.op == "relax.mean")
+    assert mean.shape[2] * mean.shape[3] > 1  # a reduction is priced on what it reads
+    assert ModelGraph.from_json(resnet.to_json()).glue == resnet.glue
+
+
+def test_glue_runs_on_the_device_of_the_op_it_follows(resnet) -> None:
+    costs = AnalyticCosts()
+    bare, full = Evaluator(costs, resnet.nodes), Evaluator(costs, resnet.nodes, resnet.glue)
+    for role in ("gpu", "cpu"):
+        lay = Layout(ops={n.op_id: (role, None, None) for n in resnet.nodes}, io=role)
+        glue_us = sum(full.glue_us(g, role) for g in resnet.glue)
+        assert glue_us > 0
+        assert layout_cost(full, resnet.nodes, lay) == pytest.approx(
+            layout_cost(bare, resnet.nodes, lay) + glue_us)
+    # one op moved to the CPU takes the glue that follows it along
+    first = next(g.source for g in resnet.glue if g.source is not None)
+    lay = Layout(ops={first: ("cpu", None, None)}, io="gpu")
+    moved = [g for g in resnet.glue if g.source == first]
+    delta = sum(full.glue_us(g, "cpu") - full.glue_us(g, "gpu") for g in moved)
+    assert layout_cost(full, resnet.nodes, lay) - layout_cost(bare, resnet.nodes, lay) == (
+        pytest.approx(sum(full.glue_us(g, "gpu") for g in resnet.glue) + delta))
+
+
+def test_costs_that_cannot_price_glue_leave_it_out(resnet) -> None:
+    ev = Evaluator(MeasuredCosts([], "nothing measured"), resnet.nodes, resnet.glue)
+    assert all(ev.glue_us(g, "gpu") == 0.0 for g in resnet.glue)
