@@ -107,10 +107,13 @@ def default_predictor(pair: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def predictor_costs(path: str | Path) -> PredictorCosts:
+def predictor_costs(path: str | Path, pair: DevicePair | None = None) -> PredictorCosts:
+    """Costs from a predictor file; with ``pair``, one warning where the predictor was made
+    for another pair or machine (:meth:`~codl_tvm.predictor.BasePredictor.check_pair`)."""
     from ..predictor import load
 
-    return PredictorCosts(load(path))
+    pred = load(path)
+    return PredictorCosts(pred if pair is None else pred.check_pair(pair))
 
 
 def measured_costs(
@@ -166,10 +169,10 @@ def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | 
             raise ValueError("measured costs need the model and a cache file")
         return measured_costs(mod, pair, cache, remote=remote)
     if predictor:
-        return predictor_costs(predictor)
+        return predictor_costs(predictor, pair)
     path = default_predictor(pair.name)
     if path is not None:
-        return predictor_costs(path)
+        return predictor_costs(path, pair)
     if mod is not None and cache is not None:
         print(f"no predictor ships for pair {pair.name!r}: measuring every op here instead "
               f"(cached in {cache}); pass --predictor FILE to plan from a trained predictor",
