@@ -4,46 +4,42 @@ arguments and calls the library, nothing more."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
+from collections.abc import Mapping
 
-# command modules, in --help order (each exposes COMMANDS)
-COMMAND_MODULES = (
-    "codl_tvm.commands.demo",
-    "codl_tvm.commands.predict",
-    "codl_tvm.commands.artifact",
-)
-OPTIONAL_MODULES = (
-    "codl_tvm.commands.explain",
-    "codl_tvm.planner.cli",
-    "codl_tvm.deploy.cli",
-)
+from .commands import Command, artifact, demo, explain, plan, predictor, profile
+
+# every command of the project, in --help order
+COMMANDS: dict[str, Command] = {
+    **demo.COMMANDS, **artifact.COMMANDS, **profile.COMMANDS, **predictor.COMMANDS,
+    **explain.COMMANDS, **plan.COMMANDS,
+}  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "codl-tvm",
+                 commands: Mapping[str, Command] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="codl-tvm",
+        prog=prog,
         description="Run one DNN inference on a CPU and a GPU at the same time (CoDL on TVM).",
     )
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES + OPTIONAL_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if name in OPTIONAL_MODULES and err.name is not None and name.startswith(err.name):
-                continue
-            raise
-        for cmd, spec in module.COMMANDS.items():
-            p = sub.add_parser(cmd, help=spec.help, description=spec.help)
-            spec.add_arguments(p)
-            p.set_defaults(func=spec.run)
+    for name, spec in commands.items():
+        p = sub.add_parser(name, help=spec.help, description=spec.help)
+        spec.add_arguments(p)
+        p.set_defaults(func=spec.run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "codl-tvm",
+         commands: Mapping[str, Command] = COMMANDS) -> int:
+    """Parse ``argv`` and run the command; a user error is one line on stderr and exit 1.
+
+    ``prog`` and ``commands`` serve the ``python -m codl_tvm.profiler`` / ``.predictor`` entry
+    points, which offer some of the same commands under short names.
+    """
+    args = build_parser(prog, commands).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -51,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # user-facing: one line unless --verbose
         if args.verbose:
             traceback.print_exc()
-        print(f"codl-tvm {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 1
 
 

@@ -18,6 +18,8 @@ import tvm
 from .graph import entry_function, find_anchors
 from .passes.split_rules import Unsplittable
 from .passes.unit_geometry import h_parts, oc_parts
+from .passes.units import _resolve as resolve_unit
+from .passes.units import build_units
 from .plan import Plan
 from .predictor.opspec import OpSpec, conv_kind
 
@@ -28,24 +30,11 @@ TABLE_COLUMNS = ["op", "kind", "out", "place", "dim", "ratio", "chain", *COST_CO
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
 
 
-def _units_api():
-    # the units helpers moved between modules while the pass grew; accept either home
-    from .passes import co_execution_partition as cep
-
-    try:
-        from .passes import units
-    except ImportError:
-        units = cep
-    resolve = getattr(units, "resolve_unit", None) or getattr(units, "_resolve", None)
-    return units.build_units, resolve or cep._resolve
-
-
 def plan_rows(mod: tvm.IRModule, plan: Plan) -> list[dict]:
     """One row per partitionable op: id, kind, shapes, placement, and each device's share."""
-    build_units, resolve = _units_api()
     anchors = find_anchors(entry_function(mod))
     rows: dict[str, dict] = {}
-    for unit in (resolve(u) for u in build_units(anchors, plan)):
+    for unit in (resolve_unit(u) for u in build_units(anchors, plan)):
         chain = unit.name if len(unit.ops) > 1 else ""
         shares = _shares(unit)
         for i, op in enumerate(unit.ops):

@@ -230,14 +230,6 @@ def test_explain_errors(work):
     user_error(unknown, "unknown op", "conv2d_99")
 
 
-def _has_planner() -> bool:
-    try:
-        return importlib.util.find_spec("codl_tvm.planner.cli") is not None
-    except ImportError:
-        return False
-
-
-@pytest.mark.skipif(not _has_planner(), reason="codl_tvm.planner.cli is not there yet")
 def test_plan_and_bench(work, tmp_path):
     plan = tmp_path / "plan.json"
     made, gone = cli_many(
@@ -254,7 +246,7 @@ def test_predictor_module_reports_a_broken_predictor_in_one_line(tmp_path, capsy
     """`python -m codl_tvm.predictor report` (PREDICTOR.md's commands) on a malformed file:
     one error line naming the file and exit 1, as `codl-tvm report` does."""
     from codl_tvm.predictor import DATA_DIR
-    from codl_tvm.predictor.cli import main
+    from codl_tvm.predictor.__main__ import main
 
     doc = json.loads((DATA_DIR / "predictor-x86-cuda.json").read_text())
     doc["model"]["machine"][-1] = "lots"
@@ -274,3 +266,24 @@ def test_every_model_command_takes_a_zoo_name(tmp_path, capsys):
     assert cli_main(["compile", "no-such-model", "--pair", "cpu-pair", "-o",
                      str(tmp_path / "b")]) == 1
     assert "not a zoo model" in capsys.readouterr().err
+
+
+def test_every_model_command_takes_the_same_model_flags():
+    """One model resolver (codl_tvm.zoo.load): MODEL and its shape flags are the same on every
+    command that loads a model."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ("compile", "plan", "bench", "explain"):
+        flags = {s for a in sub.choices[name]._actions for s in a.option_strings}
+        assert {"--batch", "--input-shape", "--shape"} <= flags, name
+        assert any(a.dest == "model" for a in sub.choices[name]._actions), name
+
+
+def test_module_entry_points_share_the_commands():
+    """`python -m codl_tvm.profiler|predictor` offer codl-tvm's own commands (no parser of
+    their own)."""
+    from codl_tvm.cli import COMMANDS
+    from codl_tvm.commands import predictor, profile
+
+    assert set(predictor.MODULE_COMMANDS.values()) <= set(COMMANDS.values())
+    assert set(profile.MODULE_COMMANDS.values()) <= set(COMMANDS.values())
+    assert set(profile.MODULE_COMMANDS) == {"profile", "bundle", "join", "noise", "resummarize"}

@@ -139,7 +139,7 @@ def test_plan_and_train_refuse_to_write_over_their_inputs(user_dir, capsys, tmp_
 
 def test_bench_writes_its_cache_where_it_was_told(user_dir, tmp_path):
     """Without --json the measured-costs cache goes to the working directory, not its parent."""
-    from codl_tvm.planner.cli import cache_folder
+    from codl_tvm.commands.plan import cache_folder
 
     assert cache_folder(None) == Path.cwd()
     assert cache_folder("out/rows.json") == (user_dir / "out").resolve()

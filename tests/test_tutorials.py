@@ -25,7 +25,7 @@ def _missing(module: str) -> bool:
 CASES = {
     "01_partition_onnx.py": (None, ["conv2d_0", "relative error vs unsplit", "artifact"]),
     "02_profile_and_train.py": (None, ["measured", "MAPE", "total_us"]),
-    "03_plan_bench_explain.py": ("codl_tvm.planner.cli",
+    "03_plan_bench_explain.py": ("codl_tvm.commands.plan",
                                  ["$ codl-tvm plan", "latency_ms", "timeline", "CPU only"]),
     "04_android_opencl_rpc.py": ("codl_tvm.deploy.rpc",
                                  ["aarch64-linux-android", "opencl", "remote run matches"]),

@@ -1,19 +1,19 @@
-"""``codl-tvm compile`` and ``codl-tvm run``."""
+"""``codl-tvm compile``, ``codl-tvm run`` (here or on a ``tvm.rpc`` remote) and
+``codl-tvm rpc-server``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from ..outputs import check_output_file, check_output_folder
-from . import Command, add_pair_arguments, parse_shapes
+from ..outputs import check_output_file, check_output_folder, write_text
+from . import Command, add_model_arguments, add_pair_arguments, load_model
 
 
 def _add_compile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="ONNX file or zoo model name")
+    add_model_arguments(p)
     add_pair_arguments(p)
     p.add_argument("--plan", help="plan JSON (default: whole model on the GPU)")
-    p.add_argument("--shape", action="append", help="input shape override NAME=D1,D2,...")
     p.add_argument("-o", "--output", required=True,
                    help="artifact folder to create (never the working directory or a folder "
                         "holding the model)")
@@ -29,11 +29,10 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
 
 def _run_compile(args: argparse.Namespace) -> int:
     from .. import DevicePair, Plan, compile
-    from .explain import load_any_model
 
     inputs = [args.model, *([args.plan] if args.plan else [])]
     check_output_folder(args.output, inputs, args.overwrite)  # before minutes of compiling
-    mod = load_any_model(args.model, shapes=parse_shapes(args.shape))
+    mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan)
@@ -97,7 +96,32 @@ def _run_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_server(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default %(default)s; 0.0.0.0 exposes a server "
+                        "that runs any code a client sends)")
+    p.add_argument("--port", type=int, default=9090)
+    p.add_argument("--port-end", type=int, help="try ports up to this one (default PORT+100)")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="register with this tracker")
+    p.add_argument("--key", default="", help="device key announced to the tracker")
+    p.add_argument("--port-file", help="write the bound port here once listening")
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    from ..deploy import server
+
+    state = server.start(args.host, args.port, args.port_end, args.tracker, args.key)
+    print(f"codl-tvm rpc server listening on {args.host}:{state.port}", flush=True)
+    if args.port_file:
+        write_text(args.port_file, str(state.port))
+    state.thread.join()
+    return 0
+
+
 COMMANDS = {
     "compile": Command("compile a model into an artifact folder", _add_compile, _run_compile),
     "run": Command("run a compiled artifact", _add_run, _run_run),
+    "rpc-server": Command("serve codl-tvm artifacts over tvm.rpc (runtime-only capable; on a "
+                          "device without codl-tvm's CLI: python -m codl_tvm.deploy.server)",
+                          _add_server, _run_server),
 }

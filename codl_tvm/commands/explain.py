@@ -8,13 +8,13 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import Command, parse_shapes
+from . import Command, add_model_arguments, load_model
 
 PLOT_HINT = "matplotlib is not installed (pip install 'codl-tvm[plot]')"
 
 
 def _add(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="ONNX file, or a zoo model name (e.g. tiny-cnn, resnet-18)")
+    add_model_arguments(p)
     p.add_argument("--pair", help="device pair (default: the predictor's pair, else auto)")
     p.add_argument("--arch", help="CUDA arch such as sm_90 (detected when omitted)")
     p.add_argument("--plan", required=True, help="plan JSON (from `codl-tvm plan`)")
@@ -24,42 +24,7 @@ def _add(p: argparse.ArgumentParser) -> None:
                      help="compile and time every (sub-)op alone on the pair (slower)")
     p.add_argument("--repeat", type=int, default=10, help="timings per op with --measure")
     p.add_argument("--png", metavar="FILE", help="draw the timeline to FILE (.png/.svg/.pdf)")
-    p.add_argument("--shape", action="append", help="input shape override NAME=D1,D2,...")
-    p.add_argument("--batch", type=int, help="batch size (first dim of every input)")
     p.add_argument("--json", action="store_true", help="print rows and totals as JSON")
-
-
-def load_any_model(model: str, batch: int | None = None,
-                   shapes: dict[str, list[int]] | None = None):
-    """An ONNX file or a zoo model as a prepared Relax module, with batch/shape overrides."""
-    from .. import load_model, zoo
-    from ..frontend import ModelError
-
-    path = Path(model)
-    if path.suffix != ".onnx" and not path.exists():
-        try:
-            path = zoo.resolve(model, batch=batch or 1)
-        except ValueError as err:
-            raise ModelError(str(err)) from None
-    elif batch:
-        shapes = {**batch_shapes(path, batch), **(shapes or {})}
-    return load_model(path, shape=shapes)
-
-
-def batch_shapes(path: str | Path, batch: int) -> dict[str, list[int]]:
-    """Input shape overrides that set the first dimension of every input of an ONNX file."""
-    import onnx
-
-    from ..frontend import ModelError
-
-    if batch < 1:
-        raise ModelError(f"--batch must be at least 1, got {batch}")
-    if not Path(path).exists():
-        raise ModelError(f"model file {path} does not exist")
-    graph = onnx.load(str(path), load_external_data=False).graph
-    inits = {i.name for i in graph.initializer}
-    return {inp.name: [batch, *(d.dim_value for d in inp.type.tensor_type.shape.dim[1:])]
-            for inp in graph.input if inp.name not in inits}
 
 
 def _costs(args: argparse.Namespace):
@@ -84,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..explain import explain
     from ..plan import Plan
 
-    mod = load_any_model(args.model, args.batch, parse_shapes(args.shape))
+    mod = load_model(args)
     plan = Plan.load(args.plan)
     costs, pair_name = _costs(args)
     result = explain(mod, plan, costs)

@@ -60,5 +60,8 @@ def _autoload() -> None:
         return
     from tvm.relax import pipeline
 
-    # replaces codl_tvm.pipeline's own registration (same pipeline, friendlier arguments)
-    pipeline.PIPELINE_MAP[PIPELINE_NAME] = codl
+    # No codl_tvm module may be imported here: TVM calls this from inside ``import tvm``, which
+    # may itself run inside a codl_tvm module's import (codl_tvm.device imports tvm), and that
+    # module would be seen half-initialised. codl_tvm.pipeline sets the same factory on import
+    # (setdefault), so whichever comes first registers it and the other changes nothing.
+    pipeline.PIPELINE_MAP.setdefault(PIPELINE_NAME, codl)

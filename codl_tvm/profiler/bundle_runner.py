@@ -193,6 +193,8 @@ def run_bundle(
             warm_cuda(bundle, man, warm_jobs)
     gpus = [tvm.device(k, i) for lib in man["libs"] for k, i in lib["devices"] if k != "cpu"]
     facts = machine_facts.detect(gpus[0] if gpus else None)
+    if man.get("kernel_variants"):  # the variants the bundle's kernels were built with
+        facts["kernel_variants"] = man["kernel_variants"]
     print(f"machine facts: {machine_facts.write(out, facts)}", flush=True)
     book = RoundBook(out, man["columns"], _key_fn(man["key_columns"]))
     threads = use_cpu_threads(pair_threads(man.get("pair")))

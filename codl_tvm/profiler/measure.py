@@ -23,6 +23,7 @@ from codl_tvm.profiler.kernels import (
 from codl_tvm.profiler.rounds import Item, Protocol, RoundBook, interleave, run_rounds
 from codl_tvm.profiler.schema import COLUMNS, read_samples, row_key
 from codl_tvm.profiler.space import Job
+from codl_tvm.tiling import current_variants
 
 Batch = tuple[str | None, list[Job]]  # (role, jobs); role None: staged copies
 
@@ -122,7 +123,8 @@ def measure(
         read_samples(output, pair=pair.name)  # refuse to mix pairs in one file
     gpu = None if pair.runtime_kind("gpu") == "cpu" else session.device(
         pair.runtime_kind("gpu"), pair.runtime_index("gpu"))
-    machine_facts.write(output, machine_facts.detect(gpu, host=session.remote is None))
+    facts = machine_facts.detect(gpu, host=session.remote is None)
+    machine_facts.write(output, {**facts, "kernel_variants": current_variants().to_json()})
     book = RoundBook(output, COLUMNS, row_key)
     todo = [j for j in jobs if not book.final(_job_key(j, pair))]
     use_cpu_threads(target_threads(pair.cpu_spec), session.remote)

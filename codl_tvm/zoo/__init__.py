@@ -25,7 +25,10 @@ from .cache import cache_root, file_name, model_key, save_atomic
 from .layers import GraphBuilder
 from .registry import MODELS, SHAPE_MEANING, check_batch, resolve_config, resolve_shape, spec_of
 
-__all__ = ["list_models", "info", "build", "get", "import_relax", "sample_inputs", "cache_root"]
+__all__ = [
+    "list_models", "info", "build", "get", "resolve", "load", "import_relax", "sample_inputs",
+    "cache_root",
+]
 
 
 def list_models() -> list[str]:
@@ -95,6 +98,56 @@ def resolve(model: str | os.PathLike, *, batch: int = 1, input_shape=None) -> Pa
                    None)
     raise ValueError(f"model {str(model)!r}: no such ONNX file, and not a zoo model "
                      f"(zoo: {', '.join(list_models())})")
+
+
+def load(model: str | os.PathLike, *, batch: int | None = None, input_shape=None,
+         shapes: dict[str, list[int]] | None = None):
+    """The Relax module a command's MODEL names, ready for partitioning: the one model resolver
+    of every command (``compile``, ``plan``, ``bench``, ``explain``).
+
+    Parameters
+    ----------
+    model : path or str
+        An ONNX file, or a zoo model name (:func:`list_models`; built on first use).
+    batch : int, optional
+        Batch size: a zoo model is built with it; an ONNX file's inputs get it as their first
+        dimension.
+    input_shape : sequence of int, optional
+        A zoo model's per-sample input shape (ignored for an ONNX file).
+    shapes : dict, optional
+        Input shape overrides by input name (``{"input": [1, 3, 64, 64]}``), applied last.
+
+    Raises
+    ------
+    codl_tvm.ModelError
+        No such file or zoo model, a bad batch, or a model TVM cannot import.
+    """
+    from ..frontend import ModelError, load_model
+
+    path = Path(model)
+    if path.suffix == ".onnx" or path.exists():
+        if batch is not None:
+            shapes = {**_batch_shapes(path, batch), **(shapes or {})}
+    else:
+        try:
+            path = resolve(model, batch=1 if batch is None else batch, input_shape=input_shape)
+        except ValueError as err:
+            raise ModelError(str(err)) from None
+    return load_model(path, shape=shapes)
+
+
+def _batch_shapes(path: Path, batch: int) -> dict[str, list[int]]:
+    """Input shape overrides that set the first dimension of every input of an ONNX file."""
+    from ..frontend import ModelError
+
+    if batch < 1:
+        raise ModelError(f"--batch must be at least 1, got {batch}")
+    if not path.exists():
+        raise ModelError(f"model file {path} does not exist")
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    return {inp.name: [batch, *(d.dim_value for d in inp.type.tensor_type.shape.dim[1:])]
+            for inp in graph.input if inp.name not in inits}
 
 
 def get(

@@ -1,21 +1,22 @@
-"""``codl-tvm train`` and ``codl-tvm report``."""
+"""``codl-tvm train``, ``report`` and ``calibrate`` (library: :mod:`codl_tvm.predictor`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from ..outputs import check_output_file
+from . import Command
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("samples", help="samples CSV from `codl-tvm profile`")
     parser.add_argument("--kind", default="codl", choices=["codl", "flops", "eop", "gbdt"])
     parser.add_argument("-o", "--output", required=True, help="predictor JSON")
 
 
-def run_train(args: argparse.Namespace) -> int:
-    from codl_tvm.outputs import check_output_file
-    from codl_tvm.predictor import train
+def _run_train(args: argparse.Namespace) -> int:
+    from ..predictor import train
 
     check_output_file(args.output, [args.samples])  # before fitting
     p = train(args.samples, kind=args.kind, output=args.output)
@@ -24,17 +25,17 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
     parser.add_argument("samples", help="samples CSV to evaluate on (same device pair)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
-def run_report(args: argparse.Namespace) -> int:
-    from codl_tvm.predictor import report
-    from codl_tvm.predictor.accuracy import format_table
-    from codl_tvm.profiler import read_samples
-    from codl_tvm.profiler.noise import format_noise, noise_rows
+def _run_report(args: argparse.Namespace) -> int:
+    from ..predictor import report
+    from ..predictor.accuracy import format_table
+    from ..profiler import read_samples
+    from ..profiler.noise import format_noise, noise_rows
 
     rep = report(args.predictor, args.samples)
     if args.json:
@@ -46,7 +47,7 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_calibrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
     parser.add_argument("samples", help="a few dozen samples profiled on the target now")
     parser.add_argument("-o", "--output", required=True, help="calibrated predictor JSON")
@@ -54,10 +55,9 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
                         "SAMPLES.machine.json the profiler wrote beside SAMPLES, if any)")
 
 
-def run_calibrate(args: argparse.Namespace) -> int:
-    from codl_tvm.outputs import check_output_file
-    from codl_tvm.predictor import load
-    from codl_tvm.profiler import machine_facts, read_samples
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from ..predictor import load
+    from ..profiler import machine_facts, read_samples
 
     check_output_file(args.output, [args.predictor, args.samples])
     pred = load(args.predictor)
@@ -72,21 +72,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-# the lead wires these as `codl-tvm train` / `codl-tvm report`
-add_arguments = add_train_arguments
-run = run_train
+COMMANDS = {
+    "train": Command("train a latency predictor from samples", _add_train, _run_train),
+    "report": Command("accuracy report of a predictor on samples", _add_report, _run_report),
+    "calibrate": Command("scale a predictor's kernel times to the machine at hand (a few "
+                         "samples profiled there)", _add_calibrate, _run_calibrate),
+}
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m codl_tvm.predictor")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    add_train_arguments(sub.add_parser("train", help="fit a predictor on samples"))
-    add_report_arguments(sub.add_parser("report", help="accuracy of a predictor on samples"))
-    add_calibrate_arguments(sub.add_parser("calibrate", help="scale a predictor to this machine"))
-    args = parser.parse_args(argv)
-    runs = {"train": run_train, "report": run_report, "calibrate": run_calibrate}
-    try:
-        return runs[args.cmd](args)
-    except (OSError, ValueError) as err:  # a bad samples/predictor file: one line, as codl-tvm
-        print(f"{parser.prog} {args.cmd}: error: {err}", file=sys.stderr)
-        return 1
+# ``python -m codl_tvm.predictor NAME`` (the names are the same)
+MODULE_COMMANDS = COMMANDS

@@ -1,13 +1,17 @@
-"""``codl-tvm profile`` (local / RPC / bundle run), ``codl-tvm profile-bundle`` (build) and
-``codl-tvm profile-join`` (several bundles measured as one)."""
+"""``codl-tvm profile`` (local / RPC / bundle run), ``profile-bundle`` (build), ``profile-join``
+(several bundles measured as one), ``profile-noise`` and ``profile-resummarize`` (a samples
+file's reproducibility, its latencies recomputed). Library: :mod:`codl_tvm.profiler`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
-from codl_tvm.profiler.bundle_runner import add_protocol_arguments, protocol_from_args
-from codl_tvm.profiler.space import STRATA
+from ..outputs import check_output_file, check_output_folder
+from ..profiler.bundle_runner import add_protocol_arguments, protocol_from_args, run_bundle
+from ..profiler.space import STRATA
+from . import Command
 
 
 def _count(text: str) -> int:
@@ -34,8 +38,7 @@ def _sampling_options(args: argparse.Namespace) -> dict:
             "sharing": not args.no_sharing}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``codl-tvm profile``."""
+def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", default="cpu-pair", help="device pair preset (default cpu-pair)")
     parser.add_argument("--arch", help="CUDA arch of an x86-cuda pair, e.g. sm_90")
     parser.add_argument("--quick", action="store_true", help="a few hundred cheap samples")
@@ -59,17 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="samples CSV (appended, resumable)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from codl_tvm.outputs import check_output_file
-
+def _run_profile(args: argparse.Namespace) -> int:
     check_output_file(args.output, [p for p in (args.bundle, *(args.workload or [])) if p])
     if args.bundle:
-        from codl_tvm.profiler.bundle_runner import run_bundle
-
         counts = run_bundle(args.bundle, args.output, args.deadline_s,
                             proto=protocol_from_args(args))  # fmt: skip
     else:
-        from codl_tvm.profiler import profile
+        from ..profiler import profile
 
         opts = {"max_flops": args.max_flops, "seed": args.seed, "proto": protocol_from_args(args),
                 **_sampling_options(args)}
@@ -81,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``codl-tvm profile-bundle`` (= ``python -m codl_tvm.profiler bundle``)."""
+def _add_bundle(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", required=True, help="device pair preset, e.g. x86-cuda")
     parser.add_argument("--arch", help="CUDA arch, e.g. sm_90")
     parser.add_argument("--mcpu", help="llvm mcpu of the target host, e.g. sapphirerapids")
@@ -101,13 +99,10 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace OUTPUT if it is an existing codl-tvm bundle")
 
 
-def run_bundle_build(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from codl_tvm.device import DevicePair
-    from codl_tvm.outputs import check_output_folder
-    from codl_tvm.profiler import make_jobs
-    from codl_tvm.profiler.bundle import build_bundle
+def _run_bundle(args: argparse.Namespace) -> int:
+    from ..device import DevicePair
+    from ..profiler import make_jobs
+    from ..profiler.bundle import build_bundle
 
     pair = DevicePair.parse(args.pair, arch=args.arch, num_cores=args.num_cores)
     if args.mcpu:
@@ -125,47 +120,55 @@ def run_bundle_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_join_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``codl-tvm profile-join`` (= ``python -m codl_tvm.profiler join``)."""
+def _add_join(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundles", nargs="+", help="bundle folders built for one pair")
     parser.add_argument("-o", "--output", required=True, help="the joined bundle's folder")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace OUTPUT if it is an existing codl-tvm bundle")
 
 
-def run_join(args: argparse.Namespace) -> int:
+def _run_join(args: argparse.Namespace) -> int:
     """One bundle of several, their rows interleaved when measured (new shapes + controls)."""
-    from codl_tvm.profiler.bundle import join_bundles
+    from ..profiler.bundle import join_bundles
 
-    try:
-        man = join_bundles(args.bundles, args.output, overwrite=args.overwrite)
-    except ValueError as err:
-        raise SystemExit(f"join: {err}") from None
+    man = join_bundles(args.bundles, args.output, overwrite=args.overwrite)
     n = sum(len(lib["entries"]) for lib in man["libs"])
     print(json.dumps({"kernels": n, "libs": len(man["libs"]), "size_bytes": man["size_bytes"],
                       "output": args.output}))  # fmt: skip
     return 0
 
 
-def run_noise(args: argparse.Namespace) -> int:
+def _add_noise(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("samples")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--model", action="append",
+                        help="only the rows of this samples 'model' (repeatable), e.g. YOLO-V2")
+
+
+def _run_noise(args: argparse.Namespace) -> int:
     """Print how often repeated measurements of one sample agree within +-10%."""
-    from codl_tvm.profiler.noise import format_noise, noise_rows
-    from codl_tvm.profiler.schema import read_samples
+    from ..profiler.noise import format_noise, noise_rows
+    from ..profiler.schema import read_samples
 
     samples = read_samples(args.samples)
     if args.model:
         samples = [r for r in samples if r["model"] in args.model]
         if not samples:
-            raise SystemExit(f"{args.samples}: no rows of model {', '.join(args.model)}")
+            raise ValueError(f"{args.samples}: no rows of model {', '.join(args.model)}")
     rows = noise_rows(samples)
     print(json.dumps(rows, indent=1) if args.json else format_noise(rows))
     return 0
 
 
-def run_resummarize(args: argparse.Namespace) -> int:
+def _add_resummarize(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("samples")
+    parser.add_argument("-o", "--output", required=True)
+
+
+def _run_resummarize(args: argparse.Namespace) -> int:
     """Recompute each sample's latency from its visits with the current estimator."""
-    from codl_tvm.profiler.rounds import resummarize
-    from codl_tvm.profiler.schema import read_samples
+    from ..profiler.rounds import resummarize
+    from ..profiler.schema import read_samples
 
     counts = resummarize(args.samples, args.output)
     read_samples(args.output)  # what was written must load
@@ -173,23 +176,21 @@ def run_resummarize(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m codl_tvm.profiler")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    add_arguments(sub.add_parser("profile", help="measure kernels into a samples CSV"))
-    add_bundle_arguments(sub.add_parser("bundle", help="compile an offline profiling bundle"))
-    add_join_arguments(sub.add_parser("join", help="one bundle of several built for one pair, "
-                                      "measured interleaved (e.g. new shapes and control rows)"))
-    noise = sub.add_parser("noise", help="agreement of repeated measurements (+-10%)")
-    noise.add_argument("samples")
-    noise.add_argument("--json", action="store_true")
-    noise.add_argument("--model", action="append",
-                       help="only the rows of this samples 'model' (repeatable), e.g. YOLO-V2")
-    resum = sub.add_parser("resummarize",
-                           help="latency_us from each row's visits with the current estimator")
-    resum.add_argument("samples")
-    resum.add_argument("-o", "--output", required=True)
-    args = parser.parse_args(argv)
-    runs = {"profile": run, "bundle": run_bundle_build, "join": run_join, "noise": run_noise,
-            "resummarize": run_resummarize}
-    return runs[args.cmd](args)
+COMMANDS = {
+    "profile": Command("measure sub-op kernels and sharing costs on a pair", _add_profile,
+                       _run_profile),
+    "profile-bundle": Command("compile an offline profiling bundle to run elsewhere",
+                              _add_bundle, _run_bundle),
+    "profile-join": Command("join bundles built for one pair, measured interleaved (new "
+                            "shapes beside control rows)", _add_join, _run_join),
+    "profile-noise": Command("agreement of repeated measurements of a samples file (within "
+                             "+-10 percent)", _add_noise, _run_noise),
+    "profile-resummarize": Command("recompute a samples file's latency_us from each row's "
+                                   "visits with the current estimator", _add_resummarize,
+                                   _run_resummarize),
+}
+
+# ``python -m codl_tvm.profiler NAME``: the same commands under their short names
+MODULE_COMMANDS = {"profile": COMMANDS["profile"], "bundle": COMMANDS["profile-bundle"],
+                   "join": COMMANDS["profile-join"], "noise": COMMANDS["profile-noise"],
+                   "resummarize": COMMANDS["profile-resummarize"]}  # fmt: skip

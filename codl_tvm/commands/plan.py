@@ -1,32 +1,29 @@
-"""``codl-tvm plan`` and ``codl-tvm bench``."""
+"""``codl-tvm plan`` and ``codl-tvm bench`` (library: :mod:`codl_tvm.planner`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..commands import Command, add_pair_arguments
 from ..outputs import check_output_file, write_json
-from .strategies import STRATEGIES
+from ..planner.strategies import STRATEGIES
+from . import Command, add_model_arguments, add_pair_arguments, load_model
+from .artifact import add_rpc_arguments
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="ONNX file or zoo model name")
+    add_model_arguments(p)
     add_pair_arguments(p)
     p.add_argument("--predictor", help="predictor JSON, or 'measured' to measure every op here "
                                        "(default: the one shipped for the pair, else measured)")
-    p.add_argument("--input-shape", type=int, nargs="+", metavar="N",
-                   help="zoo model input (H W) or (C H W)")
     p.add_argument("--cache", help="samples file for measured costs "
                                    "(default: costs-MODEL-PAIR.csv next to -o/--json)")
 
 
 def _load(args: argparse.Namespace, out: str | None):
-    from .. import DevicePair, load_model
-    from .bench import model_path
+    from .. import DevicePair
 
-    path = model_path(args.model, args.input_shape)
-    mod = load_model(str(path))
+    mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     cache = args.cache or str(cache_folder(out) / f"costs-{Path(args.model).stem}-{pair.name}.csv")
     return mod, pair, cache
@@ -46,7 +43,7 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from ..explain import format_table, plan_rows
-    from .api import make_plan, resolve_costs
+    from ..planner.api import make_plan, resolve_costs
 
     mod, pair, cache = _load(args, args.output)
     costs = None
@@ -73,15 +70,13 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", metavar="DIR",
                    help="offline: compile the plans into DIR and stop; time them on the target "
                         "with `python -m codl_tvm.planner.bundle DIR -o rows.json`")
-    from ..commands.artifact import add_rpc_arguments
-
     add_rpc_arguments(p)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from .api import resolve_costs
-    from .bench import bench
-    from .timing import format_rows
+    from ..planner.api import resolve_costs
+    from ..planner.bench import bench
+    from ..planner.timing import format_rows
 
     names = [n.strip() for n in args.plans.split(",") if n.strip()]
     unknown = [n for n in names if n not in STRATEGIES]
@@ -114,7 +109,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> int:
-    from . import bundle
+    from ..planner import bundle
 
     entry = bundle.build(args.bundle, Path(args.model).stem, mod, pair, names, costs, oracle)
     distinct = sum("same_as" not in p for p in entry["plans"].values())
@@ -125,7 +120,7 @@ def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> 
 
 
 def _is_measured(costs) -> bool:
-    from .costs import MeasuredCosts
+    from ..planner.costs import MeasuredCosts
 
     return isinstance(getattr(costs, "costs", costs), MeasuredCosts)  # SerialCosts wraps
 
