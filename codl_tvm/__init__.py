@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "DevicePair": "device", "Executable": "executable", "compile": "executable",
     "ModelError": "frontend", "load_model": "frontend", "list_ops": "graph",
-    "from_torch": "frontend_torch",
+    "from_torch": "frontend_torch", "KernelVariants": "tiling",
     "BindKernelTargets": "passes", "CoExecutionPartition": "passes",
     "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
     "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",

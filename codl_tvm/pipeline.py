@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tvm
 from tvm import relax
 from tvm.relax import transform as rt
@@ -165,11 +167,33 @@ def codl_pipeline(
     return _pipeline
 
 
-def _register() -> None:
-    # the same factory the tvm.backends entry point registers: takes preset names, plan files
-    from .deploy.plugin import PIPELINE_NAME, codl
-
-    relax.pipeline.PIPELINE_MAP.setdefault(PIPELINE_NAME, codl)
+PIPELINE_NAME = "codl"
 
 
-_register()
+def codl(pair: Any = "auto", plan: Any = None, until: str | None = None) -> tvm.transform.Pass:
+    """``relax.get_pipeline("codl", pair=..., plan=..., until=...)``: the pipeline from plain
+    arguments, so a user of the TVM plugin needs no ``import codl_tvm``.
+
+    Parameters
+    ----------
+    pair : DevicePair, str or dict
+        A pair, a preset name (``"cpu-pair"``, ``"android-opencl"``...) or ``to_json`` output.
+    plan : Plan, path or dict, optional
+        A plan, a plan JSON file or its content; None runs everything on the GPU.
+    until : str, optional
+        Last phase to run (``prepare``, ``partition``, ``legalize``...).
+    """
+    if isinstance(pair, str):
+        pair = DevicePair.parse(pair)
+    elif isinstance(pair, dict):
+        pair = DevicePair.from_json(pair)
+    if isinstance(plan, dict):
+        plan = Plan.from_json(plan)
+    elif plan is not None and not isinstance(plan, Plan):
+        plan = Plan.load(plan)
+    return codl_pipeline(pair, plan, until=until)
+
+
+# registered once, whichever comes first: this import, or the tvm.backends entry point
+# (codl_tvm.deploy.plugin), whose factory imports this module when first called
+relax.pipeline.PIPELINE_MAP.setdefault(PIPELINE_NAME, codl)

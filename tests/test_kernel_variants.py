@@ -158,3 +158,19 @@ def test_predictor_records_the_variants_of_its_samples(tmp_path):
     shipped = load(DATA_DIR / "predictor-x86-cuda.json")  # no "variants": the defaults
     assert shipped.machine_.variants == KernelVariants()
     assert shipped.algorithm("cpu", K1S2) == "direct-nchwc"
+
+
+def test_the_compile_command_takes_variants_and_refuses_a_bad_one(tmp_path, capsys):
+    from codl_tvm.cli import main
+
+    out = tmp_path / "art"
+    assert main(["compile", "tiny-cnn", "--pair", "cpu-pair", "-o", str(out),
+                 "--kernel-variant", "cpu_gemm=always"]) == 0  # fmt: skip
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kernel_variants"]["cpu_gemm"] == "always"
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert main(["compile", "tiny-cnn", "--pair", "cpu-pair", "-o", str(bad),
+                 "--kernel-variant", "gpu_conv=nope"]) == 1  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "nope" in line and not bad.exists()

@@ -25,17 +25,25 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                    help="cross-compile (implied by android-* pairs): lib.so through the NDK when "
                         "TVM_NDK_CC or --ndk-cc is set, else lib.tar plus the link command")
     p.add_argument("--ndk-cc", help="NDK compiler (default: $TVM_NDK_CC)")
+    p.add_argument("--kernel-variant", action="append", default=[], metavar="KEY=VALUE",
+                   help="build a kernel variant instead of the default (repeatable): "
+                        "gpu_conv=tiled|tiled-v1|tiled-64|tiled-128|tiled-nosplitk|dlight (the "
+                        "GPU conv's tile table, or DLight's implicit GEMM), "
+                        "cpu_gemm=measured|always (always: every 1x1 conv on the CPU GEMM), "
+                        "gpu_winograd=on|off; recorded in the artifact's manifest.json")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
     from .. import DevicePair, Plan, compile
+    from ..tiling import KernelVariants
 
     inputs = [args.model, *([args.plan] if args.plan else [])]
+    variants = KernelVariants.parse(args.kernel_variant)  # a bad one: one line, nothing written
     check_output_folder(args.output, inputs, args.overwrite)  # before minutes of compiling
     mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
-    exe = compile(mod, pair, plan)
+    exe = compile(mod, pair, plan, variants=variants)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

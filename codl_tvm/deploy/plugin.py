@@ -9,8 +9,9 @@ TVM 0.27 calls every ``tvm.backends`` entry point with no arguments at the end o
 ``import tvm`` (``tvm/backend/_autoload_backends.py``), after ``tvm.relax`` is imported in a full
 TVM and also in a runtime-only process; a failure there is only a warning. So :func:`_autoload`
 does nothing with only the runtime, and otherwise registers the ``"codl"`` pipeline as a thin
-factory (:func:`codl`) that builds :func:`codl_tvm.pipeline.codl_pipeline` from plain arguments
-(a preset name, a plan file), so users need no ``import codl_tvm``. Importing this module imports
+factory (:func:`codl`) that imports :func:`codl_tvm.pipeline.codl` when first called (it builds
+the pipeline from plain arguments: a preset name, a plan file), so users need no
+``import codl_tvm``. Importing this module imports
 the ``codl_tvm`` package (Python imports parents first), which costs little on top of TVM.
 ``TVM_DEVICE_BACKEND_AUTOLOAD=0`` switches all such plugins off.
 """
@@ -20,34 +21,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-PIPELINE_NAME = "codl"
+PIPELINE_NAME = "codl"  # codl_tvm.pipeline.PIPELINE_NAME (not imported: see _autoload)
 
 
 def codl(pair: Any = "auto", plan: Any = None, until: str | None = None) -> Any:
-    """``relax.get_pipeline("codl", pair=..., plan=..., until=...)``.
+    """The registered factory: :func:`codl_tvm.pipeline.codl`, imported when first called."""
+    from codl_tvm.pipeline import codl as factory
 
-    Parameters
-    ----------
-    pair : DevicePair, str or dict
-        A pair, a preset name (``"cpu-pair"``, ``"android-opencl"``...) or ``to_json`` output.
-    plan : Plan, path or dict, optional
-        A plan, a plan JSON file or its content; None runs everything on the GPU.
-    until : str, optional
-        Last phase to run (``prepare``, ``partition``, ``legalize``...).
-    """
-    from codl_tvm.device import DevicePair
-    from codl_tvm.pipeline import codl_pipeline
-    from codl_tvm.plan import Plan
-
-    if isinstance(pair, str):
-        pair = DevicePair.parse(pair)
-    elif isinstance(pair, dict):
-        pair = DevicePair.from_json(pair)
-    if isinstance(plan, dict):
-        plan = Plan.from_json(plan)
-    elif plan is not None and not isinstance(plan, Plan):
-        plan = Plan.load(plan)
-    return codl_pipeline(pair, plan, until=until)
+    return factory(pair, plan, until)
 
 
 def _autoload() -> None:
@@ -62,6 +43,6 @@ def _autoload() -> None:
 
     # No codl_tvm module may be imported here: TVM calls this from inside ``import tvm``, which
     # may itself run inside a codl_tvm module's import (codl_tvm.device imports tvm), and that
-    # module would be seen half-initialised. codl_tvm.pipeline sets the same factory on import
-    # (setdefault), so whichever comes first registers it and the other changes nothing.
+    # module would be seen half-initialised. codl_tvm.pipeline registers its factory on import
+    # (setdefault), so whichever comes first registers it; both build the same pipeline.
     pipeline.PIPELINE_MAP.setdefault(PIPELINE_NAME, codl)

@@ -102,9 +102,3 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
     denom = max(float(np.abs(want).max()), 1e-30)
     return float(np.abs(got.astype(np.float64) - want).max() / denom)
 
-
-def model_path(model: str, shape: list[int] | None = None) -> Path:
-    """An ONNX file, or a zoo model name (built on first use): :func:`codl_tvm.zoo.resolve`."""
-    from .. import zoo
-
-    return zoo.resolve(model, input_shape=shape)
