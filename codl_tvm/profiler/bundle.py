@@ -36,7 +36,6 @@ from tqdm import tqdm
 from codl_tvm.device import DevicePair
 from codl_tvm.outputs import BUNDLE_FORMAT, atomic_folder
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
-from codl_tvm.tiling import current_variants
 from codl_tvm.profiler.kernels import build_role_module, compile_module, transfer_entries
 from codl_tvm.profiler.measure import (
     Batch,
@@ -48,6 +47,7 @@ from codl_tvm.profiler.measure import (
 from codl_tvm.profiler.rounds import interleave
 from codl_tvm.profiler.schema import COLUMNS, KEY_COLUMNS
 from codl_tvm.profiler.space import Job
+from codl_tvm.tiling import current_variants
 
 
 def role_name(role: str | None) -> str:
