@@ -43,3 +43,25 @@ def test_a_module_torch_cannot_export_is_one_clear_error() -> None:
 
     with pytest.raises(ModelError, match="could not export or import"):
         codl_tvm.from_torch(DataDependent(), (torch.randn(4),))
+
+
+@pytest.mark.slow  # three builds of a small ShuffleNet on the cpu-pair
+def test_torchvision_shufflenet_as_torchscripts_onnx_exporter_writes_it(tmp_path) -> None:
+    """Its channel shuffle computes shapes through Shape/Gather/Div: folded before import
+    (``onnx_fold``), the model loads, gives onnxruntime's answer, and splits equal it."""
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = torchvision.models.shufflenet_v2_x0_5().eval()
+    x = torch.randn(1, 3, 64, 64)
+    path = tmp_path / "shufflenet.onnx"
+    torch.onnx.export(model, (x,), str(path), opset_version=17, dynamo=False,
+                      input_names=["input"])  # fmt: skip
+    mod = codl_tvm.load_model(path)
+    feed = {"input": x.numpy()}
+    expected = ort.InferenceSession(str(path)).run(None, feed)[0]
+    pair = DevicePair.preset("cpu-pair")
+    whole = codl_tvm.compile(mod, pair).run(feed)[0]
+    assert _rel_err(whole, expected) < 1e-4
+    for dim in ("H", "OC"):
+        split = codl_tvm.compile(mod, pair, Plan.uniform(mod, dim, 0.5)).run(feed)[0]
+        assert _rel_err(split, whole) <= 1e-5

@@ -82,7 +82,7 @@ def _cases() -> list[OpSpec]:
         subs += _parts(op, [("H", _one_row(op)), ("OC", 0.37)])
     hand = [  # awkward shapes: odd rows/columns, OC not a multiple of any tile, strides, 1x1
         OpSpec("conv2d", 13, 13, 512, 125, 1, 1),  # gemm-1x1 (OC 125)
-        OpSpec("conv2d", 26, 26, 256, 256, 1, 1),  # gemm: every stride-1 1x1 (session 20)
+        OpSpec("conv2d", 26, 26, 256, 256, 1, 1),  # gemm: every stride-1 1x1
         OpSpec("conv2d", 32, 32, 128, 128, 1, 1),  # gemm
         OpSpec("conv2d", 15, 15, 64, 96, 1, 1, 2, 2),  # 1x1 stride 2: direct
         OpSpec("conv2d", 13, 13, 1024, 1024, 3, 3, pad=(1, 1, 1, 1)),  # winograd / split-K
@@ -254,7 +254,7 @@ def test_old_predictor_files_load_and_warn_once_per_missing_kernel(tmp_path):
 
     from codl_tvm.predictor import load
 
-    # the H100 predictor shipped before model keys named algorithms (session 1)
+    # the H100 predictor shipped before model keys named algorithms
     p = load(Path(__file__).parent / "data" / "predictor-x86-cuda-before-algorithms.json")
     assert "cpu/conv2d/direct-nchwc/k1" in p.t_ and "gpu/conv2d/implicit-gemm/kn" in p.t_
     op = OpSpec("conv2d", 13, 13, 512, 125, 1, 1)  # gemm-1x1: no model in that file

@@ -1,5 +1,5 @@
 """``cpu_passes``: the weight panels a direct-conv worker fetches and the bytes a call writes
-past the L2s (session 18 terms of ``cpu_terms.cpu_conv``)."""
+past the L2s (terms of ``cpu_terms.cpu_conv``)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ def op(kind: str, h: int, w: int, ic: int, oc: int, k: int = 1, s: int = 1) -> O
     (1812, 3, 32 * 1812 * 9),  # a KxK panel: whole
 ])
 def test_a_1x1_panel_counts_at_most_an_l1(ic: int, k: int, counted: int) -> None:
-    """Session 18: the panel a worker fetches from the cores that packed it, for 1x1 models
+    """The panel a worker fetches from the cores that packed it, for 1x1 models
     up to an L1's worth (beyond, the L1-spill term loads it from L2 on every tile)."""
     assert cpu_passes.conv_panel_floats(32 * ic * k * k, k == 1) == counted
 
 
 def test_the_direct_conv_streams_the_bytes_it_writes_beyond_the_l2s() -> None:
-    """Session 18: the padded copy, the packed result and the output past the L2s (16 MiB
+    """The padded copy, the packed result and the output past the L2s (16 MiB
     on the H100 machine's 16 vCPUs), per core; the input, only read, is not counted."""
     small = op("conv2d", 56, 56, 64, 64, k=3)
     assert kernel("cpu", small, M).algorithm == "direct-nchwc"
@@ -63,7 +63,7 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
 
 
 def test_a_core_fetches_again_the_rows_beyond_its_l2() -> None:
-    """Session 19: a core's tasks sweep its input rows once per channel block; the rows refit
+    """A core's tasks sweep its input rows once per channel block; the rows refit
     its L2 on later sweeps up to 2 MB, the rest comes again (a hinge)."""
     l2_floats = blocking.CPU_L2_BYTES_PER_CORE // 4
     assert cpu_passes.conv_refetch_floats(3 * l2_floats, 29, 29) == 0.0  # one sweep
@@ -73,7 +73,7 @@ def test_a_core_fetches_again_the_rows_beyond_its_l2() -> None:
 
 
 def test_the_1x1_stride2_fetch_counts_sweeps_past_the_l2() -> None:
-    """Regression (session 19): 57x57 1812->992 at stride 2 (31 channel blocks, 29 rows of
+    """Regression: 57x57 1812->992 at stride 2 (31 channel blocks, 29 rows of
     3 column tiles) has each core sweep all 29 input rows, 8.8 MB of sampled input, for
     each of the ~4 channel blocks its tasks span; the probe's rows ran 0.77-0.86x the model
     without the sweeps past the L2."""

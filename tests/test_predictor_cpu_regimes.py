@@ -1,4 +1,4 @@
-"""Regimes of the CPU conv terms that the body-layer strata exposed (session 11)."""
+"""Regimes of the CPU conv terms that the body-layer strata exposed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def conv(h: int, ic: int, oc: int, k: int = 1, s: int = 1) -> OpSpec:
 
 @pytest.mark.parametrize(("k", "s", "read"), [(1, 2, 10), (1, 1, 10), (3, 2, 21), (2, 2, 20)])
 def test_a_window_shorter_than_its_stride_skips_rows(k: int, s: int, read: int) -> None:
-    """Regression (session 11): the fetch of a 1x1 stride-2 conv counted the rows between its
+    """Regression: the fetch of a 1x1 stride-2 conv counted the rows between its
     reads, which no load touches; the body stratum's 1x1 stride-2 rows ran at a median 0.64x
     that model (1 of 72 within +-10%)."""
     assert cpu_terms._rows_read(conv(64, 32, 32, k, s), 10) == read
@@ -26,7 +26,7 @@ def test_a_window_shorter_than_its_stride_skips_rows(k: int, s: int, read: int) 
 
 def test_the_stride_two_1x1_fetch_is_about_a_quarter_of_the_3x3_one() -> None:
     """The same 45x45 output tasks: a core's 1x1 tasks read one row of the sampled copy per
-    output row, OW wide (``cpu_conv.sampled_input``, session 17); the 3x3 ones every input row
+    output row, OW wide (``cpu_conv.sampled_input``); the 3x3 ones every input row
     of their span and one more, 2*OW + 1 wide. (Before the copy sampled, the 1x1 read every
     other input row of its span, 2*OW - 1 wide: about half.)"""
     one = cpu_terms.cpu_conv(conv(90, 96, 96, 1, 2), M)[FETCH_K1]

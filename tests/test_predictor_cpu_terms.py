@@ -10,7 +10,7 @@
   depthwise kernel's stride-2 window steps (gathered input vectors) apart from stride 1.
 
 The accuracy checks train on the shipped H100 samples and score against ``latency_us``; the
-floors are a few points under what these terms reach (session 5, CPU rows re-measured in 5
+floors are a few points under what these terms reached when added (CPU rows re-measured in 5
 rounds: split 60%, YOLO-V2 41%, VGG-16 58%, POSENET 49%) and above what the terms before the
 pool/depthwise ones reached on the same rows (54%, 33%, 46%, 41%), so losing a term fails them.
 """
@@ -109,7 +109,7 @@ def test_depthwise_stride_two_steps_have_their_own_unit() -> None:
 def test_winograd_weight_transform_costs_more_within_the_l2s() -> None:
     """U (16 x OC x IC floats) within the L2s of cores/2 physical cores (16 MiB on 16 vCPUs)
     moves core to core between the weight transform and the GEMM: an extra unit time for the
-    share of U within them. Regression (session 8): an all-or-nothing step at 16 MiB gave
+    share of U within them. Regression: an all-or-nothing step at 16 MiB gave
     YOLO-V2's 13x13 x1024 layers (the only U beyond) no transform cost when YOLO-V2 was
     held out (0.19-0.46x)."""
     fits, out = op("conv2d", 14, 14, 512, 512, 3), op("conv2d", 13, 13, 1024, 1024, 3)
@@ -154,10 +154,10 @@ def _acc10(train: list[dict], test: list[dict], role: str = "cpu") -> float:
 
 
 def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
-    # session 6: 71.6%; 7: 75.9% (71.1% with the hard random 1x1 rows); 8 (16 workers; TVM's
-    # static chunks, LLVM's code): 85.0%; 14, with 1x1 stride-2 rows (58% of them): 80.4%,
-    # the rest 85.55% as before (PREDICTOR.md has each step); 18 (weight panels of the 1x1
-    # models, bytes written past the L2s): 83.0%; floors 2-4 points under
+    # 71.6%, then 75.9% (71.1% with the hard random 1x1 rows); with 16 workers, TVM's static
+    # chunks and LLVM's code: 85.0%; with 1x1 stride-2 rows (58% of them): 80.4%, the rest
+    # 85.55% as before (PREDICTOR.md has each step); with the 1x1 models' weight panels and
+    # the bytes written past the L2s: 83.0%; floors 2-4 points under
     train, test = split_rows(rows, 0.3, 0)
     assert _acc10(train, test) >= 0.80
     assert _acc10(train, [r for r in test if r["model"] != "random-downsample"]) >= 0.82
@@ -166,14 +166,14 @@ def test_cpu_accuracy_on_the_held_out_split(rows) -> None:
 @pytest.mark.parametrize(("model", "floor"),
                          [("YOLO-V2", 0.81), ("VGG-16", 0.88), ("POSENET", 0.86)])
 def test_cpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
-    # YOLO-V2: 78.6% until session 13; 81.8% with the tied Winograd unit (``ties.py``); 83.0%
-    # with session 18's terms (VGG-16 90.6%, POSENET 87.7%)
+    # YOLO-V2: 78.6% before the tied Winograd unit (``ties.py``), 81.8% with it; 83.0% with
+    # the weight-panel and written-bytes terms (VGG-16 90.6%, POSENET 87.7%)
     assert _acc10(*split_models(rows, [model])) >= floor
 
 
 def test_gpu_accuracy_on_the_held_out_split(rows) -> None:
-    # session 6 (Winograd FMAs per warp, GEMV ragged K): 80.3%; session 7 (pool bytes beyond
-    # half the L2, launch floors, odd output planes outside split-K): 83.8%; with the random
+    # with Winograd FMAs per warp and GEMV ragged K: 80.3%; with pool bytes beyond half the
+    # L2, launch floors and odd output planes outside split-K: 83.8%; with the random
     # 1x1 rows, nvcc's GEMV unrolling and the pools' DRAM share: 88.2%
     assert _acc10(*split_rows(rows, 0.3, 0), role="gpu") >= 0.84
 
@@ -185,7 +185,7 @@ def test_gpu_accuracy_on_held_out_cnns(rows, model: str, floor: float) -> None:
 
 
 def test_conv_unpack_rereads_only_rows_beyond_l1() -> None:
-    """Regression (session 6): the unpack sweeps a packed row once per channel; YOLO-V2's
+    """Regression: the unpack sweeps a packed row once per channel; YOLO-V2's
     416-wide 3->32 rows (54 KB) miss L1 and ran ~25% slower than the model said, VGG-16's
     224-wide ones (29 KB) do not."""
     wide = op("conv2d", 418, 418, 3, 32, k=3)
@@ -195,7 +195,7 @@ def test_conv_unpack_rereads_only_rows_beyond_l1() -> None:
 
 
 def test_gemv_pays_a_fork_join_only_for_several_tasks() -> None:
-    """Regression (session 6): a parallel loop of one task compiles to serial code; GEMVs of
+    """Regression: a parallel loop of one task compiles to serial code; GEMVs of
     14-41 tasks, which do pay the launch, sat at 0.72-0.84x."""
     one_task = op("dense", 1, 1, 256, 16)  # one column block
     many = op("dense", 1, 1, 4096, 1024)
@@ -204,7 +204,7 @@ def test_gemv_pays_a_fork_join_only_for_several_tasks() -> None:
 
 
 def test_gemv_stlb_term_starts_past_the_tlb_reach() -> None:
-    """Regression (session 6): GEMVs whose pass touches more 4 KiB pages than the STLB holds
+    """Regression: GEMVs whose pass touches more 4 KiB pages than the STLB holds
     stream about 2x slower per byte on the H100 host (3342 x 831: 18 us/MB)."""
     reach_rows = blocking.CPU_STLB_ENTRIES  # rows of a full page each: one page a row
     assert blocking.cpu_dense(op("dense", 1, 1, reach_rows, 1024), M)[-1] == 0.0
@@ -296,8 +296,8 @@ def test_files_without_a_stream_limit_use_the_sapphire_rapids_rule(tmp_path) -> 
 
 
 def test_winograd_samples_have_no_plane_conflict_staircase(rows) -> None:
-    """Regression (session 7): with the V planes skewed off the L1 set span, POSENET's
-    32x32 256->128 H parts grow with their rows (session 6's kernel: 535 / 820 / 664 / 1381 /
+    """Regression: with the V planes skewed off the L1 set span, POSENET's
+    32x32 256->128 H parts grow with their rows (the unskewed kernel: 535 / 820 / 664 / 1381 /
     893 us for 11 / 17 / 23 / 30 / 32 rows, the 17- and 30-row parts 1.5x slow)."""
     parts = sorted((r["sub_H"], r["latency_us"]) for r in rows
                    if r["role"] == "cpu" and r["algorithm"] == "winograd-2x2-3x3"
@@ -318,7 +318,7 @@ def test_winograd_samples_have_no_plane_conflict_staircase(rows) -> None:
 ])  # fmt: skip
 def test_direct_conv_spills_where_the_assembly_does(k: int, stride: int, oc: int, spills: bool
                                                     ) -> None:
-    """Regression (session 7): the hot loop's register spills, read off the Sapphire Rapids
+    """Regression: the hot loop's register spills, read off the Sapphire Rapids
     assembly of the direct kernel, set a per-(IC, KH)-step term; without it 47x47 34->214 k3s2
     ran at 0.85x the model and POSENET's k7 at 1.2-1.3x."""
     conv = OpSpec("conv2d", 47, 47, 34, oc, k, k, stride, stride, (k // 2,) * 4, 1, 1)
@@ -332,7 +332,7 @@ def test_direct_conv_spills_where_the_assembly_does(k: int, stride: int, oc: int
 @pytest.mark.parametrize(("w", "passes"), [(8, 0), (9, 2), (17, 2), (42, 2), (43, 1), (49, 1),
                                            (50, 0), (150, 0)])  # fmt: skip
 def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
-    """Regression (session 7): LLVM fully unrolls a short elementwise row and vectorizes the
+    """Regression: LLVM fully unrolls a short elementwise row and vectorizes the
     row loop with gathers and scatters instead (assembly: 17-wide rows take 17 vgatherqps +
     vscatterqps per 8 rows); a fixed cost per wave had to stand in for it and put every
     50x50 row 1.3-1.57x over."""
@@ -342,7 +342,7 @@ def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
 
 
 def test_gemm_worker_fetches_the_panels_other_workers_packed() -> None:
-    """Regression (session 8, 16 TVM workers): the GEMM's parallel loop is (pixel tile, OC
+    """Regression (16 TVM workers): the GEMM's parallel loop is (pixel tile, OC
     block) with the OC block innermost, statically chunked over the workers; the busiest
     worker fetches the rows of its chunk's panels that other workers packed (13x13 1024->37:
     148 tasks in chunks of 10, 0.69x the model with a per-task cost instead)."""
@@ -357,7 +357,7 @@ def test_gemm_worker_fetches_the_panels_other_workers_packed() -> None:
 
 
 def test_direct_conv_fetch_counts_rows_per_core_pair() -> None:
-    """Regression (session 8): TVM chunks the direct conv's parallel loop statically over
+    """Regression: TVM chunks the direct conv's parallel loop statically over
     16 workers; two adjacent workers (hyperthreads of one core) share an L2, so the input a
     core fetches is the rows its 2 x ceil(tasks/16) tasks touch, once (26x26 416->640 1x1:
     all 26 rows; per worker the 1x1 rows fitted 64.7% against 77.4%)."""
@@ -371,7 +371,7 @@ def test_direct_conv_fetch_counts_rows_per_core_pair() -> None:
 
 
 def test_direct_conv_unpack_and_panels_follow_the_static_chunks() -> None:
-    """Regression (session 8): the conv's (channel block, row, column tile) tasks and the
+    """Regression: the conv's (channel block, row, column tile) tasks and the
     unpack's (channel block, row) tasks are chunked statically over the 16 workers, each loop
     on its own. Where the chunks disagree the unpack reads tiles another worker wrote (POSENET's
     27x256 3->64 row split: 801 of 1026 tiles, 1.27x the model without this; a one-block

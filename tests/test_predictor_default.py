@@ -142,7 +142,7 @@ def test_models_beyond_the_l2_predict_the_cold_cache_gemv(shipped):
 
 
 def test_gpu_predictions_keep_the_launch_floor(shipped, rows):
-    """Regression (session 7): the GEMV model's t0 (3.8 us) put tiny GPU kernels under the
+    """Regression: the GEMV model's t0 (3.8 us) put tiny GPU kernels under the
     H100's launch floor (400x192 rows take 4.8-5.5 us). Every GPU model keeps its fastest
     training sample as the least it predicts; CPU models keep a pure Eq. 3."""
     gemv = [r for r in rows if r["role"] == "gpu" and r["op"] == "dense" and r["IC"] == 400]
@@ -163,7 +163,7 @@ def test_a_floor_list_that_does_not_match_the_models_is_refused(shipped, tmp_pat
 
 
 def test_a_model_of_few_samples_takes_its_roles_launch_floor(rows):
-    """Regression (session 7): a floor is a model's fastest training sample; a model of a few
+    """Regression: a floor is a model's fastest training sample; a model of a few
     large samples (a quick profile) must not lift the floor of that kernel's small ops, so it
     takes its role's fastest sample instead."""
     avg = sorted((r for r in rows if r["role"] == "gpu" and r["op"] == "pool_avg"),

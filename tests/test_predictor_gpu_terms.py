@@ -58,7 +58,7 @@ def test_winograd_k_step_terms_scale_with_ic_and_waves():
 
 
 def test_winograd_fma_issue_counts_the_warps_of_a_block():
-    """Regression (session 6): the FMA term counted one thread's FMAs per block, so a 64x64
+    """Regression: the FMA term counted one thread's FMAs per block, so a 64x64
     block of 8 warps cost what a 64x32 block of 4 did; the H100 rows of the two tiles were
     off in opposite directions (1.1-1.2x over, 0.86-0.92x under)."""
     s = conv(26, 26, 256, 512, 3)
@@ -78,7 +78,7 @@ def test_winograd_fma_issue_counts_the_warps_of_a_block():
     (479, 0),  # n = 30: fully unrolled, the loads batch
 ])  # fmt: skip
 def test_gemv_ragged_k_round_trips_follow_nvccs_unrolling(k: int, per_four_steps: int):
-    """Regression (session 7): the guarded K loop's L2 round trips depend on how nvcc unrolls
+    """Regression: the guarded K loop's L2 round trips depend on how nvcc unrolls
     it (SASS of ~40 step counts); one cost for every ragged K left K 4081 at 1.2-1.3x and
     2833 / 3342 at 0.6-0.9x."""
     t = gpu_gemv(OpSpec("dense", 1, 1, k, 512), H100)
@@ -135,7 +135,7 @@ def test_elementwise_bytes_count_only_beyond_half_the_l2():
 
 
 def test_pool_bytes_past_the_l2_share_come_from_dram():
-    """Regression (session 7): H100 pools turn slower per byte gradually from ~20 MB moved
+    """Regression: H100 pools turn slower per byte gradually from ~20 MB moved
     (the 81x81 k2s2 sweep at 500-1000 channels): the share of the footprint past 40% of the
     L2 streams from DRAM. An avg pool also writes and rereads its sum workspace."""
 
@@ -152,7 +152,7 @@ def test_pool_bytes_past_the_l2_share_come_from_dram():
 
 
 def test_tiled_outputs_of_odd_planes_have_their_own_unit():
-    """Regression (session 7): a 1266-channel output of 53x53 pixels took 21.9 us on the H100,
+    """Regression: a 1266-channel output of 53x53 pixels took 21.9 us on the H100,
     one of 52x53 13.7 us (same kernel, same tiles, same SASS stores); the written elements
     of odd-length planes count in their own term."""
     odd = OpSpec("conv2d", 104, 104, 3, 1266, 2, 2, 2, 2, (1, 1, 1, 1), 1, 1)
@@ -164,7 +164,7 @@ def test_tiled_outputs_of_odd_planes_have_their_own_unit():
 
 
 def test_split_k_partials_are_aligned_whatever_the_plane():
-    """Regression (session 7): split-K's pass 1 writes its partial sums to planes padded to
+    """Regression: split-K's pass 1 writes its partial sums to planes padded to
     whole pixel tiles (YOLO-V2 13x13: stride 192, not 169) and pass 2 writes one output element
     per thread, so an odd output plane costs split-K nothing extra. Counting its partials as
     odd-plane writes fitted that unit on tiny random convs and put held-out YOLO-V2's 13x13
@@ -178,7 +178,7 @@ def test_split_k_partials_are_aligned_whatever_the_plane():
 
 
 def test_winograd_k_steps_wait_on_dram_for_the_weights_beyond_the_l2_share():
-    """Regression (session 8): YOLO-V2's 13x13 Winograd layers (g + U = 25 floats per
+    """Regression: YOLO-V2's 13x13 Winograd layers (g + U = 25 floats per
     (ic, oc): 31-157 MB) ran 0.82-0.86x of the in-L2 K-step model on the H100, at every OC
     split; the single-buffered GEMM reads U in the order the weight transform wrote it, so
     beyond the L2 share the early K rows come from DRAM."""

@@ -1,7 +1,7 @@
 """The direct conv's gathered pad pass (``mirror.pad_gathered``) against LLVM's own code.
 
 The rules were read off the Sapphire Rapids assembly of the pad passes of the H100 samples'
-sub-ops (the copies of KxK windows, and since session 17 the samples of 1x1 stride-2 ones,
+sub-ops (the copies of KxK windows, and the samples of 1x1 stride-2 ones,
 ``cpu_conv.sampled_input``); these tests compile real direct-conv kernels for that CPU and
 look for the gathers in the pad pass, so an LLVM that vectorizes it differently fails here,
 not in the field.

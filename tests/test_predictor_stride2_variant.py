@@ -50,7 +50,7 @@ def test_the_shipped_predictor_has_stride_2_models(shipped) -> None:
 
 
 def test_a_file_without_them_predicts_with_the_1x1_model_and_says_why() -> None:
-    """The format-1 file of session 13 loads; its 1x1 stride-2 predictions are what they were
+    """The old format-1 file loads; its 1x1 stride-2 predictions are what they were
     (its 1x1 model), with one warning naming the missing samples."""
     old = load(FORMAT1)
     assert "cpu/conv2d/direct-nchwc/k1s2" not in old.t_
@@ -66,7 +66,7 @@ def test_a_file_without_them_predicts_with_the_1x1_model_and_says_why() -> None:
 
 def test_format_2_is_format_1_grouped_without_losing_a_digit(rows, tmp_path) -> None:
     """Format 2: one range entry for roles of one range, models grouped by role, no trailing
-    zero units, floats in their shortest text. The session 13 default (format 1) saved again
+    zero units, floats in their shortest text. The old default (format 1) saved again
     predicts every row exactly as it did. (Re-saved rather than re-trained: a model fitted by
     today's terms differs from that file's for reasons other than its format.)"""
     before = [r for r in rows if r["model"] != "random-downsample"]
@@ -91,12 +91,12 @@ def _stride2_rows(role: str) -> list[dict]:
 @pytest.mark.parametrize(("role", "before", "floor"), [("cpu", 0.20, 0.58), ("gpu", 0.53, 0.72)])
 def test_strata_stride_2_rows_never_trained_on(shipped, role: str, before: float,
                                                floor: float) -> None:
-    """Regression (session 14): the three strata's 1x1 stride-2 rows were within +-10% for
+    """Regression: the three strata's 1x1 stride-2 rows were within +-10% for
     20% (CPU, median 0.74x) and 53% (GPU) predicted by the 1x1 models; by their own
-    models, trained on the downsample stratum: 60% and 81%. Session 17's sampled pad pass
+    models, trained on the downsample stratum: 60% and 81%. With the sampled pad pass
     (every such row measured again): CPU 56%, 61% with the stride-1 L1-spill unit tied in
     (``ties.TIED_VARIANT_UNITS``); the body stratum's big planes stay at 38% (1.12x).
-    Session 18's panel and written-bytes terms: 59%."""
+    With the panel and written-bytes terms: 59%."""
     test = _stride2_rows(role)
     assert len(test) >= 230
     ratio = np.array(shipped.predict(test)) / np.array([r["latency_us"] for r in test])
@@ -105,9 +105,9 @@ def test_strata_stride_2_rows_never_trained_on(shipped, role: str, before: float
 
 
 def test_a_1x1_stride_2_shape_left_out_is_predicted_from_the_others(rows) -> None:
-    """Regression (session 18): each 1x1 stride-2 shape of the training file predicted by a
+    """Regression: each 1x1 stride-2 shape of the training file predicted by a
     fit without its rows. Without the 1x1 models' weight-panel term 67% of the rows fell
-    within +-10% (65% in session 17); with it, 76%."""
+    within +-10%; with it, 76%."""
     from codl_tvm.predictor import make
 
     mine = [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"

@@ -147,7 +147,7 @@ def test_gemm_unit_is_the_elementwise_models_streamed_extra_byte(rows) -> None:
 
 @pytest.mark.parametrize("stratum", ["body", "pointwise"])
 def test_random_gemm_rows_beyond_the_l2s(rows, stratum: str) -> None:
-    """Regression (session 14): the random strata's 1x1 GEMM sub-ops whose call passes the
+    """Regression: the random strata's 1x1 GEMM sub-ops whose call passes the
     L2s (none of the training file's does) ran at 0.79x (body, 60 rows) and 0.82x
     (pointwise, 91) of their times in median, 12% and 19% within +-10%; tied: 0.95-0.97x,
     57-62%. The strata are never trained on."""
@@ -162,7 +162,7 @@ def test_random_gemm_rows_beyond_the_l2s(rows, stratum: str) -> None:
 
 
 def test_held_out_yolo_v2_winograd_rows_beyond_the_l2s(rows) -> None:
-    """Regression (session 13): fitted without YOLO-V2, its five Winograd sub-ops whose U
+    """Regression: fitted without YOLO-V2, its five Winograd sub-ops whose U
     exceeds the L2s (13x13, 512-1536 -> 1024, row splits) got no transform cost past them
     (the fit set the transform unit to 0): 0.43-0.81x their times; tied, 0.95-1.07x."""
     train, test = split_models(rows, ["YOLO-V2"])
@@ -178,7 +178,7 @@ K1, K1S2 = "cpu/conv2d/direct-nchwc/k1", "cpu/conv2d/direct-nchwc/k1s2"
 
 
 def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(k1_rows) -> None:
-    """Session 17: the sampled copy gives both the stride-1 hot loop; fitted alone, the
+    """The sampled copy gives both the stride-1 hot loop; fitted alone, the
     stride-2 unit came out 5x the stride-1 one."""
     (tie,) = TIED_VARIANT_UNITS[("cpu", "direct-nchwc", "k1s2")]
     assert tie.unit is stride1_l1_spill_us and tie.term == "l1_spill"
@@ -187,7 +187,7 @@ def test_the_1x1_stride_2_model_takes_the_stride_1_l1_spill_unit(k1_rows) -> Non
 
 
 def test_without_a_stride_1_model_the_stride_2_l1_unit_is_zero(rows) -> None:
-    """Session 20: the shipped file has no stride-1 direct 1x1 rows (the GEMM runs them), so
+    """The shipped file has no stride-1 direct 1x1 rows (the GEMM runs them), so
     the tie has no source and the column is 0 (fitted freely instead, the unit came out ~0:
     the split and the held-out CNNs moved by less than 0.2 points)."""
     assert not [r for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"
@@ -204,7 +204,7 @@ STREAM_COLUMN = term_column("cpu", "direct-nchwc", TIED_UNITS[("cpu", "direct-nc
 
 
 def test_every_direct_model_takes_the_streamed_extra_byte_and_k1s2_both_ties(k1_rows) -> None:
-    """Session 18: the direct conv's bytes written beyond the L2s take the elementwise
+    """The direct conv's bytes written beyond the L2s take the elementwise
     model's streamed-byte unit in every filter-size variant; the 1x1 stride-2 model keeps its
     L1-spill tie beside it (a model may take several units)."""
     (tie,) = TIED_UNITS[("cpu", "direct-nchwc")]
@@ -252,7 +252,7 @@ def test_format_3_derives_a_tied_unit_whatever_the_file_holds(k1_rows, tmp_path)
 
 
 def test_a_format_2_file_keeps_the_units_it_stored(rows) -> None:
-    """Session 17's shipped file (format 2) stored its tied units and had no GEMM weight-pack
+    """An earlier shipped file (format 2) stored its tied units and had no GEMM weight-pack
     or written-bytes tie: it loads with exactly the units it holds, so it predicts as it did
     (the terms of today aside)."""
     path = Path(__file__).parent / "data" / "predictor-x86-cuda-format2.json"
@@ -290,7 +290,7 @@ def test_tie_order_puts_sources_first_and_rejects_a_cycle(k1_rows, monkeypatch) 
 
 
 def test_the_gemm_weight_pack_takes_the_1x1_stride_2_models_unit(rows) -> None:
-    """Session 18: both 1x1 kernels pack the weight the same way on every call; in-sample the
+    """Both 1x1 kernels pack the weight the same way on every call; in-sample the
     two fitted units agreed within 7%."""
     tie = TIED_UNITS[("cpu", "gemm-1x1")][1]
     assert (tie.term, tie.source, tie.unit) == (
@@ -300,10 +300,10 @@ def test_the_gemm_weight_pack_takes_the_1x1_stride_2_models_unit(rows) -> None:
 
 
 def test_held_out_yolo_v2_gemm_row_splits_of_wide_weights(rows) -> None:
-    """Regression (session 18): fitted without YOLO-V2, the GEMM's weight pack came out 2.35
+    """Regression: fitted without YOLO-V2, the GEMM's weight pack came out 2.35
     ns a float and its 13x13 1024->512 row splits (up to 6 of 13 rows, the 2 MB weight packed
     on every call) were predicted 1.3-1.7x their times (they took 0.59-0.77x); tied, 0.97-1.08x.
-    Since session 19's refetch term the tied unit is 1.09 ns instead of 0.99 (the 1x1 stride-2
+    With the L2 refetch term the tied unit is 1.09 ns instead of 0.99 (the 1x1 stride-2
     fit moved) and these rows come out 1.07-1.10x: the bound is the 1.15x that a unit 7% off
     (the two kernels' in-sample spread) still allows, not +-10%."""
     train, test = split_models(rows, ["YOLO-V2"])
@@ -316,7 +316,7 @@ def test_held_out_yolo_v2_gemm_row_splits_of_wide_weights(rows) -> None:
 
 def test_without_a_1x1_stride_2_model_the_gemm_fits_its_own_pack(rows, tmp_path) -> None:
     """A profile without ``--downsample`` has no 1x1 stride-2 rows: the tie has no source and
-    the GEMM's weight-pack unit is fitted (and stored) as before session 18."""
+    the GEMM's weight-pack unit is fitted (and stored) as it was before the tie."""
     k1s2 = {id(r) for r in rows if r["role"] == "cpu" and r["algorithm"] == "direct-nchwc"
             and r["KH"] * r["KW"] == 1 and r["SH"] == 2}  # fmt: skip
     pred = _fit([r for r in rows if id(r) not in k1s2])

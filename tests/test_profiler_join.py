@@ -2,7 +2,7 @@
 
 New shapes and control rows of a samples file measured in one interleaved run give the
 lease's speed at the very time the new shapes ran (the H100 guest's CPU drifted 6% between
-two runs a few minutes apart in session 18).
+two runs a few minutes apart).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_random_specs_in_codl_ranges():
 
 
 def test_sampler_draws_channels_and_kernels_as_cnns_have_them():
-    """Regression (session 6): log-uniform channels were almost never multiples of 32, so
+    """Regression: log-uniform channels were almost never multiples of 32, so
     1x1 convs that run the direct NCHWc kernel never got random samples."""
     specs = space.sample_specs(400, seed=3, max_flops=1e9, kinds=["conv2d"])
     assert {s.kind for s in specs} == {"conv2d"}
@@ -122,7 +122,7 @@ def test_sampler_refuses_unknown_kinds():
 
 
 def test_deep_stratum_draws_tail_layers_with_weights_past_the_l2s():
-    """Regression (session 9): the quick draw's FLOPs cap left no conv with weights past the
+    """Regression: the quick draw's FLOPs cap left no conv with weights past the
     cores' L2s, so held-out YOLO-V2's 13x13 x1024 layers were extrapolated."""
     specs = space.deep_specs(48, seed=2)
     assert len(specs) == 48 and {s.kind for s in specs} == {"conv2d"}
@@ -137,7 +137,7 @@ def test_deep_stratum_draws_tail_layers_with_weights_past_the_l2s():
 
 
 def test_body_stratum_draws_body_layers_past_the_quick_caps():
-    """Regression (session 11): under the quick draw's 1e8 FLOPs cap no random row of the H100
+    """Regression: under the quick draw's 1e8 FLOPs cap no random row of the H100
     file was a CNN body layer, nor a direct 1x1 conv with input planes over 32 KB."""
     from codl_tvm.predictor.mirror import Machine, kernel
 
@@ -165,7 +165,7 @@ def test_pointwise_stratum_draws_stride_one_1x1_convs():
 
 
 def test_downsample_stratum_draws_stride_two_1x1_convs():
-    """The training draw had no 1x1 stride-2 conv (ResNets' shortcuts, session 14)."""
+    """The training draw had no 1x1 stride-2 conv (ResNets' shortcuts)."""
     from codl_tvm.predictor.mirror import Machine, kernel
 
     specs = space.stratum_specs("downsample", 24, seed=3)
@@ -177,7 +177,7 @@ def test_downsample_stratum_draws_stride_two_1x1_convs():
 
 
 def test_pools_stratum_draws_padded_3x3_and_global_pools():
-    """Session 18: the training draw's pools never pad and are never global (ResNet's padded
+    """The training draw's pools never pad and are never global (ResNet's padded
     3x3/2 max pool and its global average pool were regimes no sample had)."""
     from codl_tvm.predictor.mirror import Machine, kernel
 

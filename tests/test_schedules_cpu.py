@@ -90,7 +90,7 @@ def test_conv2d_fused_bias_relu():
     w=st.integers(3, 9), k=st.sampled_from([2, 3]), s=st.sampled_from([1, 2]),
     pads=st.tuples(*[st.integers(0, 1)] * 4),
 )
-# regression (session 9): TVM's reference build of this avg pool failed LLVM verification
+# regression: TVM's reference build of this avg pool failed LLVM verification
 @example(kind="avg", c=4, h=4, w=3, k=2, s=1, pads=(1, 0, 1, 0))
 def test_pool2d(kind, c, h, w, k, s, pads):
     func = T.pool2d_func((1, c, h, w), kind, pool_size=(k, k), strides=(s, s), padding=pads)
@@ -101,7 +101,7 @@ def test_pool2d(kind, c, h, w, k, s, pads):
 
 
 def test_a_max_pool_that_pads_rows_vectorizes_its_window() -> None:
-    """Regression (session 19): ResNet's 3x3/2 max pool over 112x112 with the pad inlined
+    """Regression: ResNet's 3x3/2 max pool over 112x112 with the pad inlined
     compiled to scalar ``vmaxss`` only on Sapphire Rapids; with each task's rows copied
     first its window loop is vectorized as an unpadded pool's (it ran 0.60x as long on the
     H100 host's CPU)."""
@@ -134,7 +134,7 @@ def test_parallel_loops_match_blocking():
     (1, 64, 500, 16, 1),  # a 121 KB weight: one task (the thread pool's wake-up costs more)
 ])  # fmt: skip
 def test_large_matmul_weights_are_spread_over_the_cores(m, k, n, cores, tasks):
-    """Regression (session 5): grouping up to 16 column blocks a task left GEMVs of N <= 512
+    """Regression: grouping up to 16 column blocks a task left GEMVs of N <= 512
     on one thread of the H100 host's 16 (K 4096, N 500: 405 -> 79 us once spread)."""
     target = {**TARGETS[0], "num-cores": cores}
     func = T.matmul_func(m, k, n)

@@ -50,7 +50,7 @@ def cases(draw, k: int, strides: tuple[tuple[int, int], ...] = ((1, 1),)):
 @SETTINGS
 @given(case=cases(k=1, strides=((1, 1), (2, 2), (2, 1), (1, 3))))
 def test_gemm_1x1_equivalent(case, target):
-    """At stride > 1 too: its input pack samples the strided pixels (session 17)."""
+    """At stride > 1 too: its input pack samples the strided pixels."""
     func = T.conv2d_func(case.pop("x"), case.pop("w"), **case)
     assert _err(func, "gemm", target) <= TOL
 
@@ -107,8 +107,8 @@ DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / 
     ((1, 1024, 13, 13), (512, 1024, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # one column tile
     ((1, 128, 32, 32), (128, 128, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # 42 columns for 32
     ((1, 8, 6, 6), (16, 8, 1, 1), dict(strides=2), "cpu-conv2d-direct-nchwc"),
-    # every 1x1 at stride 1, the direct tile's fit aside (session 20: 0.65x the direct conv's
-    # time on 274 sub-ops of the H100 host, 0.60x on the dev CPU; direct until then)
+    # every 1x1 at stride 1, the direct tile's fit aside (0.65x the direct conv's
+    # time on 274 sub-ops of the H100 host, 0.60x on the dev CPU)
     ((1, 256, 26, 26), (256, 256, 1, 1), {}, "cpu-conv2d-gemm-1x1"),
     ((1, 128, 104, 104), (64, 128, 1, 1), {}, "cpu-conv2d-gemm-1x1"),
     ((1, 256, 26, 26), (256, 256, 1, 1), dict(strides=2), "cpu-conv2d-direct-nchwc"),
@@ -124,7 +124,7 @@ DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / 
 
 def test_gemm_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypatch):
     """``KernelVariants(cpu_gemm="always")`` measures the GEMM where the direct conv wins
-    (session 17: the 1x1 stride-2 convs); the predictor's dispatch mirror follows the variants
+    (the 1x1 stride-2 convs); the predictor's dispatch mirror follows the variants
     its machine records. The retired ``CODL_CPU_GEMM`` changes neither."""
     from codl_tvm.predictor.mirror import Machine, kernel
     from codl_tvm.predictor.opspec import OpSpec
@@ -161,7 +161,7 @@ def test_compile_path_uses_new_rule():
     ((1, 64, 10, 9), (136, 64, 3, 3), "winograd-2x2-3x3"),  # ragged last block
 ])  # fmt: skip
 def test_unpack_reads_each_packed_row_once(x, w, algorithm):
-    """Regression (session 5): the NCHWc -> NCHW unpack ran channel-outer, re-reading the whole
+    """Regression: the NCHWc -> NCHW unpack ran channel-outer, re-reading the whole
     packed plane for every channel (YOLO-V2's 416x416 3->32 conv: 2.5-3x slower on the dev
     CPU). Now a task is one (channel block, row) and its channels run inside it, also with a
     fused epilogue inlined into the unpack."""
@@ -179,7 +179,7 @@ def test_unpack_reads_each_packed_row_once(x, w, algorithm):
 
 
 def test_winograd_v_planes_are_skewed_off_the_l1_set_span():
-    """Regression (session 7): POSENET's 32x32 256->128 parts of 16 rows store V planes
+    """Regression: POSENET's 32x32 256->128 parts of 16 rows store V planes
     143360 B (35 x 4 KiB) apart, all 16 stores of a tile in one L1 set. The schedule aligns
     the plane stride one cache line past a multiple of 4 KiB; the result stays exact."""
     func = T.conv2d_func((1, 256, 16, 32), (128, 256, 3, 3), padding=(0, 1, 1, 1))

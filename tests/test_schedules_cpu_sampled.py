@@ -1,5 +1,5 @@
 """The direct conv of a 1x1 window at stride > 1 samples its input in the pad pass
-(``cpu_conv.sampled_input``, session 17) and runs at stride 1 over the samples: equal to the
+(``cpu_conv.sampled_input``) and runs at stride 1 over the samples: equal to the
 unscheduled PrimFunc (rel. err <= 1e-5) on awkward shapes, and its pad pass writes OH rows of
 whole column tiles, not the padded input."""
 

@@ -33,7 +33,7 @@ CASES = {
                                        padding=(1, 0, 0, 1)), "gpu-pool2d"),
     "global-avg-pool": (lambda: T.pool2d_func((1, 8, 9, 9), "avg", pool_size=(9, 9)),
                         "gpu-global-pool2d"),
-    # regression (session 19): DLight's Reduction takes sums only, and a global max pool fell
+    # regression: DLight's Reduction takes sums only, and a global max pool fell
     # to Fallback's one thread per channel; now one block per channel reduces across threads
     "global-max-pool": (lambda: T.pool2d_func((1, 8, 24, 24), "max", pool_size=(24, 24)),
                         "gpu-global-pool2d"),
@@ -65,7 +65,7 @@ def test_gpu_compiles_with_blocking(kind, case):
 
 @pytest.mark.parametrize(("kind", "hw", "threads"), [("max", 7, 64), ("max", 24, 256)])
 def test_a_global_max_pool_reduces_across_threads(kind, hw, threads):
-    """Session 19: one block per channel, the window over a power of two of threads (at most
+    """One block per channel, the window over a power of two of threads (at most
     256); the same ``global-reduction`` label as DLight's Reduction of a global average."""
     func = T.schedule(T.pool2d_func((1, 264, hw, hw), kind, pool_size=(hw, hw)), TARGETS["cuda"])
     blocking = blocking_of(func)

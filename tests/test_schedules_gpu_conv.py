@@ -226,7 +226,7 @@ TILE_CASES = {  # tile -> a conv the default table gives it (3x3 s1 IC >= 32 wou
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("case", sorted(TILE_CASES))
 def test_every_tile_compiles_with_nvcc(case, tmp_path):
-    """Regression (session 5): TVM's CUDA build here only generates source; nvcc runs where
+    """Regression: TVM's CUDA build here only generates source; nvcc runs where
     the module is loaded. The bank-conflict padding of the shared weight rows (stride 132 for
     the 128x64 tile) made the 8-float register reads unaligned, and the codegen's gather
     fallback (``make_ulonglong4`` of 8 floats) failed nvcc on the H100 machine only. Every

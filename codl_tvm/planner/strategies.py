@@ -35,7 +35,7 @@ class Options:
     min_gain: float = 0.0  # a split must beat the faster processor by this fraction
     # a plan must beat the better single processor by this fraction of its estimate, else that
     # processor runs the model: on the H100 the estimated ratio of such plans to the best
-    # single processor was off by ~5% on average (BENCH.md, run 5), and a gain predicted
+    # single processor was off by ~5% on average (BENCH.md), and a gain predicted
     # below 2% is a coin toss that costs a copy and a sync when it lands wrong (tiny-cnn lost
     # 3% that way); wider margins would drop real gains (ResNet-18's estimate was once 2.9%)
     min_plan_gain: float = 0.02
@@ -76,7 +76,7 @@ def oracle(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Layout:
     """CoDL's search restricted to the ratios whose parts were measured on the target.
 
     Between measured shares the costs would be interpolated, and at 0.05-0.1 CPU shares
-    extrapolated; plans chosen there lost up to 2.9x on the H100 (session 2's first run).
+    extrapolated; plans chosen there lost up to 2.9x on the H100.
     """
     return codl(nodes, ev, replace(opts, step=max(opts.step, ORACLE_STEP)))
 

@@ -94,7 +94,7 @@ TERMS: dict[tuple[str, str], Callable[[OpSpec, Machine], list[float]]] = {
     ("gpu", "depthwise-direct"): gpu_thread,
     ("gpu", "pool"): gpu_pool,
     ("gpu", "elementwise"): gpu_elementwise,
-    ("gpu", "dlight-fallback"): gpu_dense,  # samples taken before the GEMV rule (session 2)
+    ("gpu", "dlight-fallback"): gpu_dense,  # samples taken before the GEMV rule
     ("gpu", GPU_GEMV): gpu_gemv,
 }
 # (family, model algorithm) -> the names of ``terms``' columns, t0 first, where a tie names one
@@ -137,7 +137,7 @@ def variant(s: OpSpec) -> str:
     window at stride 2 gets its own. It reads a quarter of the input its pad pass copies, so
     its pass and fetch units differ from stride 1's, where the two terms scale alike and the
     fit cannot tell them apart. Trained with the stride-1 rows in one model, 1x1 stride-2
-    rows cost the CPU split 2.6 points and the GPU's held-out POSENET 8 (session 14)."""
+    rows cost the CPU split 2.6 points and the GPU's held-out POSENET 8."""
     if s.KH * s.KW != 1:
         return "kn"
     return "k1s2" if max(s.SH, s.SW) > 1 else "k1"

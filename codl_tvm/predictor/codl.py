@@ -345,7 +345,7 @@ class CoDLPredictor(BasePredictor):
             self.t_[key] = retied(loaded[key], tied)
         self.t_ = dict(sorted(self.t_.items()))
         floored = [k for k in sorted(self.t_) if self.family_[k.split("/")[0]] in FLOOR_FAMILIES]
-        floors = doc.get("floor", [])  # files before session 7: no floors
+        floors = doc.get("floor", [])  # older files: no floors
         if floors and len(floors) != len(floored):
             raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))

@@ -1,5 +1,5 @@
 """How a codl predictor file stores its models: keys of older formats, models grouped by
-role, trailing zero units left out (split off ``codl.py`` in session 20)."""
+role, trailing zero units left out (split off ``codl.py``)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ TVM's thread pool gives worker ``i`` of a parallel loop of ``n`` iterations the 
 ``num_task``), for every parallel loop of a kernel alike. Data one loop's worker wrote (a packed
 panel, a result tile) stays in that worker's core's caches; where the next loop's chunks differ,
 another core reads it. These functions count such reads and the rows, panels and tiles one
-worker or one core touches (session 8, from the kernels' TIR and assembly with 16 workers).
+worker or one core touches (from the kernels' TIR and assembly with 16 workers).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bytes and floats of the CPU kernels' passes that ``cpu_terms`` prices per core: the weight
 panels a conv worker fetches, and what a call moves past the cores' caches (helpers split off
-``cpu_terms`` in session 18)."""
+``cpu_terms``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def conv_panel_floats(panel_floats: int, k1: bool, l1_bytes: int = CPU_L1_BYTES)
     """Floats of one weight panel that a worker's first sweep fetches from the cores that
     packed it (``cpu_conv``'s panel term). A 1x1 model counts at most an L1's worth: beyond
     that the panel is loaded from L2 on every register tile anyway (the L1-spill term).
-    Session 18: with the cap, the 1x1 stride-2 rows of a shape left out of the fit score 75%
+    With the cap, the 1x1 stride-2 rows of a shape left out of the fit score 75%
     within +-10% (65% without the term, 72% uncapped); the stride-1 1x1 model fits it to 0.
     A KxK model's panels count whole (capped, the held-out CNNs lost 1-2 points)."""
     return min(panel_floats, l1_bytes // 4) if k1 else panel_floats
@@ -29,7 +29,7 @@ def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int,
     channel block, ``pairs`` (block, row) pairs in all. Where the rows fit its L2 the later
     sweeps hit; beyond it, each later sweep fetches again the part the L2 could not keep (a
     hinge, as the L2's adaptive replacement keeps about its size of a cyclic sweep).
-    Session 19's probe of 1x1 stride-2 convs (57x57, 256-2560 -> 256-992 channels, never
+    A probe of 1x1 stride-2 convs (57x57, 256-2560 -> 256-992 channels, never
     trained on) ran 0.72-0.92x the model without it where the rows exceed 2 MB and several
     blocks share a core, and 46% within +-10% against 83% with it. ``l2_bytes``: one core's
     L2 (``Machine.cpu_l2_bytes_per_core``)."""

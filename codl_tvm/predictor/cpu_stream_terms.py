@@ -1,6 +1,6 @@
 """Blocking terms of the CPU's streaming kernels: pooling, batch-1 dense (GEMV) and
 elementwise passes (CoDL Eq. 3; see ``blocking.py``), and the cache and TLB regimes a parallel
-pass crosses on the H100 host's Sapphire Rapids (split off ``cpu_terms`` in session 19, whose
+pass crosses on the H100 host's Sapphire Rapids (split off ``cpu_terms``, whose
 conv kernels take :func:`_l2s_bytes` from here). Mirrors ``schedules/cpu_rules.py``.
 """
 

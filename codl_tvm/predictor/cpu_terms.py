@@ -99,7 +99,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     # rc step of the hot loop broadcasts from the next padded input plane (H*wp*4 B on: a
     # new page, beyond the stride prefetcher), so each input row a core's tasks touch comes
     # in once (its other channel blocks and column tiles reuse it from the L2), and the part
-    # of them beyond the L2 again for every later channel block (session 19)
+    # of them beyond the L2 again for every later channel block
     pairs = conv_core_row_pairs(m, nx, ocp * s.out_h * nx)
     rows = pairs if pairs < s.out_h else s.out_h
     fetch = min(hp, _rows_read(s, rows)) * s.IC * wp
@@ -147,7 +147,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # without zero padding, rows 9..59 wide; the sampled pass of a 1x1 window at stride 2
         # where its rows are short). When 1x1 stride-2 convs still copied the whole input, their
         # rows of 17x17 224->160, 21x21 416->96 and 27x27 288->488 ran a median 1.27x, 1.19x
-        # and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (session 15; the kn
+        # and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (the kn
         # model, whose convs all pad, fits it to 0)
         s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp),
         # the bytes the call writes beyond the L2s, per core (a hinge, as the 1x1 GEMM's): calls
@@ -157,7 +157,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # direct-conv rows that write more than the L2s hold ran a median 1.07x the model
         # without it (60% within +-10%), 1.01x with it (72%). The input, read and never
         # written, stays out: counted in, held-out YOLO-V2 and POSENET lost 1.2 and 0.7 points
-        # and the strata's stride-1 1x1 rows 9 (session 18)
+        # and the strata's stride-1 1x1 rows 9
         max(0, direct_written_bytes(s, hp * wp, ocp * ocb * s.out_h * owp) - _l2s_bytes(m))
         / m.cores,
     ]

@@ -198,10 +198,10 @@ def eltwise_gathered_passes(w: int) -> int:
 # vectorizes the row loop with one gather and one scatter per column where the copy keeps every
 # row and column and rows are PAD_GATHER_IDENTITY_W wide, or where it drops rows (a stride-2
 # window's last input row) and rows are PAD_GATHER_CROP_W wide. From the assembly of the pad
-# passes (``benchmarks/pad_gather_report.py``): right on all 781 geometries of the H100 samples'
-# sub-ops (those of 1x1 stride-2 convs included, which copied until session 17) and on 2934 of
-# a grid of 2964 copies; the 30 others are edges no sample reaches (one-row and
-# two-of-three-row crops, 16-wide crops of even heights, 8-wide column crops)
+# passes: right on all 781 geometries of the H100 samples' sub-ops (those of 1x1 stride-2
+# convs included, which copied their whole input before they sampled it) and on 2934 of a grid
+# of 2964 copies; the 30 others are edges no sample reaches (one-row and two-of-three-row
+# crops, 16-wide crops of even heights, 8-wide column crops)
 PAD_GATHER_IDENTITY_W = (9, 59)
 PAD_GATHER_CROP_W = (2, 15)
 

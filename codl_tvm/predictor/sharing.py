@@ -4,7 +4,7 @@ Every ``to_vdevice`` is a synchronisation plus a copy, ``a + b * bytes`` per dir
 intercept ``a`` is learned per direction rather than set to the measured sync: on the H100
 machine a host-to-GPU copy of a few KB costs ~24 us against a 10 us sync (pageable staging),
 and pinning it to the sync underpredicted every small transfer by 2x, which moved tiny ops to
-the CPU at a loss (tiny-cnn, session 2). The fit is non-negative and robust (least absolute
+the CPU at a loss (tiny-cnn). The fit is non-negative and robust (least absolute
 relative error), so one stalled large copy does not bend the line. Slicing and concatenation
 on either processor cost ``a + b * bytes`` of the bytes they write.
 """

@@ -58,9 +58,9 @@ def k1_weight_pack_us(k1s2: Units) -> float | None:
     Both kernels pack an OC x IC weight into OC-blocked panels on every call, one parallel
     (block, input channel) loop gathering a float from each weight row (rows IC floats
     apart). Fitted in-sample the two units agree within 7% (0.99 and 0.93 ns a float per core;
-    session 10 timed the GEMM's at ~1.2). But only YOLO-V2's 13x13 x1024 rows weigh the GEMM's
+    a separate timing put the GEMM's at ~1.2). But only YOLO-V2's 13x13 x1024 rows weigh the GEMM's
     pack, so held out its fit set 2.35 ns and those rows ran 0.6-0.9x their predictions. The
-    stride-2 rows, small outputs of wide weights, set the unit on their own (session 18). None
+    stride-2 rows, small outputs of wide weights, set the unit on their own. None
     without that model (a profile without ``--downsample``): the GEMM fits its own."""
     if not k1s2 or "weight_pack" not in k1s2:
         return None
@@ -71,12 +71,12 @@ def k1_weight_pack_us(k1s2: Units) -> float | None:
 # (``cpu_passes.winograd_streamed_bytes``) stream as an elementwise pass's do; the H100 file has
 # them only in YOLO-V2's 13x13 x1024 layers. Tied, those layers' held-out row splits go from
 # 0.43-0.81x to 0.95-1.07x of their times; fitted on the whole file, no prediction moves by
-# more than 1% (session 13).
+# more than 1%.
 # The 1x1 GEMM's call beyond the L2s (``cpu_passes.gemm_pass_bytes``: its pack and unpack
 # passes, priced in cache by their own units) adds the streamed-byte unit alone; fitted, it
-# was 0 (session 14).
+# was 0.
 # The direct conv's bytes written beyond the L2s (``cpu_passes.direct_written_bytes``, its last
-# term) likewise; every filter-size variant's model takes it (session 18).
+# term) likewise; every filter-size variant's model takes it.
 # The 1x1 GEMM's weight pack takes the 1x1 stride-2 direct conv's (:func:`k1_weight_pack_us`).
 TIED_UNITS: dict[tuple[str, str], tuple[Tie, ...]] = {
     ("cpu", "winograd-2x2-3x3"): (
@@ -88,12 +88,12 @@ TIED_UNITS: dict[tuple[str, str], tuple[Tie, ...]] = {
 }
 
 # The direct conv's weight loads once a task's packed panel spills L1 (``cpu_terms.cpu_conv``'s
-# ``l1_spill`` term). Since session 17 a 1x1 window at stride 2 runs the stride-1
+# ``l1_spill`` term). A 1x1 window at stride 2 runs the stride-1
 # 1x1 hot loop over its sampled copy, so its model takes the stride-1 model's unit. Fitted on
 # its 24 shapes alone the unit came out 5x the stride-1 one and stood in for other costs. Tied,
 # the deep strata's 1x1 stride-2 rows (never trained on; IC 448-3650, whose panels spill) go
 # from 65 to 71% within +-10%, all 236 strata rows from 55.5 to 60.6%, leave one shape out from
-# 63.5 to 64.9%; the split's 1x1 stride-2 rows from 71.9 to 71.5% (PREDICTOR.md, session 17)
+# 63.5 to 64.9%; the split's 1x1 stride-2 rows from 71.9 to 71.5% (PREDICTOR.md)
 
 
 def stride1_l1_spill_us(k1: Units) -> float:

@@ -4,7 +4,7 @@ TVM sizes its pool once per calling thread, at that thread's first parallel kern
 ``TVM_NUM_THREADS`` or, unset, from the hardware concurrency, which it halves on x86 to skip
 hyper-threads. On a host with one thread per core (the H100 machine's 16 vCPUs) that leaves
 half the cores idle: the same kernels ran 1.55-1.65x faster with 16 workers than with TVM's 8
-(``benchmarks/PREDICTOR.md``, session 7). The pair's ``num-cores`` is what the schedules and
+(``benchmarks/PREDICTOR.md``). The pair's ``num-cores`` is what the schedules and
 the predictor's wave counts assume, so every place that runs CPU kernels (artifact runners,
 the profiler, bundles, RPC sessions) sizes the pool from it first.
 

@@ -127,7 +127,7 @@ def _pct(value: float | None) -> str:
 def same_kernel(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two rows of one sample key measured the same kernel (a file without the
     ``algorithm`` column: assumed so). The key leaves the kernel out, and a dispatch change
-    (session 20: every stride-1 1x1 conv to the 1x1 GEMM) gives a key another kernel."""
+    (as when every stride-1 1x1 conv went to the 1x1 GEMM) gives a key another kernel."""
     return "algorithm" not in a or "algorithm" not in b or a["algorithm"] == b["algorithm"]
 
 

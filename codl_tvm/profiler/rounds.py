@@ -121,7 +121,7 @@ def sample_estimate(visit_us: Sequence[float]) -> float:
 
     On the H100 machine's KVM guest a CPU kernel runs for a whole visit (tens of ms) in one of a
     few speed states, 20-40% apart, and the next visit may find another; no thread setting,
-    input reuse or shorter repeat changed that (``benchmarks/noise_probe.py``, PREDICTOR.md).
+    input reuse or shorter repeat changed that (PREDICTOR.md).
     Slow states are the disturbance, so the lower half is kept: on its 42 noisiest-chosen
     kernels, two disjoint sets of 5 visits agree within +-10% in 78% of cases this way (62% by
     their medians), sets of 12 visits in 89% (81%).

@@ -179,7 +179,7 @@ DEEP_MAX_FLOPS = 5e9
 # and PoseNet's convs but their tails). The quick draw's 1e8 FLOPs cap leaves none: the
 # training file's body-size rows are the CNNs' own, so a held-out CNN's body layers were only
 # checked against other CNNs (and, on the H100 host, random direct 1x1 planes stayed under
-# the 32 KB where YOLO-V2's 1x1 layers run slower per FMA: ``benchmarks/results/probe-h100``).
+# the 32 KB where YOLO-V2's 1x1 layers run slower per FMA).
 BODY_RANGES: dict[str, tuple[int, int]] = {"HW": (28, 416), "IC": (16, 512), "OC": (32, 512)}
 BODY_FLOPS: tuple[float, float] = (1e8, 4e9)
 
@@ -206,7 +206,7 @@ class Stratum:
 # kind, window, stride, pad), window 0 = the whole input (a global pool). ResNet, Inception
 # and MobileNet pad their 3x3 pools and end in a global average pool; ResNet-18's padded
 # 3x3/2 max pool ran 2.2x the CPU prediction and the GPU's global pools run a kernel of their
-# own (DLight Reduction) that no sample had (session 18, ``benchmarks/results/resnet-h100``)
+# own (DLight Reduction) that no sample had (``benchmarks/results/resnet-h100``)
 POOL_WINDOWS: tuple[tuple[float, str, int, int, int], ...] = (
     (0.25, "pool_max", 3, 2, 1),
     (0.10, "pool_avg", 3, 2, 1),
@@ -217,7 +217,6 @@ POOL_WINDOWS: tuple[tuple[float, str, int, int, int], ...] = (
 )
 
 # name -> stratum; each is a ``--NAME N`` option of ``codl-tvm profile`` / ``profile-bundle``
-# and of ``benchmarks/remeasure_bundle.py stratum``
 STRATA: dict[str, Stratum] = {
     "deep": Stratum("random-deep", DEEP_RANGES["HW"], DEEP_RANGES["C"], DEEP_RANGES["C"],
                     (0.0, DEEP_MAX_FLOPS), "CNN tail layers (few pixels, 256-4096 channels)"),
@@ -229,7 +228,7 @@ STRATA: dict[str, Stratum] = {
                          (1e7, BODY_FLOPS[1]), "stride-1 1x1 convs of the body layers",
                          kernel=1, stride=1),
     # ResNets' downsampling shortcuts: 1x1 at stride 2, 7-224 pixels, 32-2048 channels. The
-    # training draw has none (session 14), and the direct kernel the CPU runs them with was
+    # training draw has none, and the direct kernel the CPU runs them with was
     # 14-24% within +-10% on the strata's 236 such rows (0.63-0.67x on the deep ones, 1.13x
     # on the body ones)
     "downsample": Stratum("random-downsample", (7, 224), (32, 2048), (64, 2048),

@@ -11,8 +11,8 @@ GEMM's work) and the input to ``[P/np, IC, np]`` (with the conv's zero padding a
 tail materialised, so the hot loop has no predicate; at stride > 1 it samples the pixels the
 window reads); the accumulator ``mr x nv`` SIMD vectors stays in registers over the whole IC
 loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it every stride-1 1x1
-conv (``tiling.gemm_wins``, session 20); at stride > 1 it was measured against the direct conv
-in session 17 and left to it.
+conv (``tiling.gemm_wins``); at stride > 1 it was measured against the direct conv and left
+to it.
 """
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ def applies(c: Conv2DInfo) -> bool:
 def wins(info: OpInfo, t: TargetInfo) -> bool:
     """Dispatch predicate: every 1x1 conv at stride 1 (``tiling.gemm_wins``).
 
-    Measured against the direct NCHWc kernel on the same sub-ops (session 20,
-    ``benchmarks/k1s1_report.py``): the 274 stride-1 1x1 sub-ops the direct conv ran in the
-    H100 samples, strata and ResNet-50, on the H100 host's 16-core Sapphire Rapids in one
-    device call, took 0.65x the direct conv's time (geometric mean; >10% faster on 239, >10%
-    slower on 8, the worst 1.23x); the samples' 139 on the 2-core Sapphire Rapids dev VM,
-    0.60x (faster on 121, slower on 1). Until then the GEMM took only the shapes the direct
-    tile fits badly (OC not a multiple of 32, >= 10% of its columns wasted, a row narrower
-    than one column tile), from 2-core znver4 measurements (2026-11-22) where elsewhere the two
-    were 0.73-1.35x; both kernels changed since. At stride > 1 the direct conv keeps them.
+    Measured against the direct NCHWc kernel on the same sub-ops: the 274 stride-1 1x1
+    sub-ops the direct conv ran in the H100 samples, strata and ResNet-50, on the H100 host's
+    16-core Sapphire Rapids in one device call, took 0.65x the direct conv's time (geometric
+    mean; >10% faster on 239, >10% slower on 8, the worst 1.23x); the samples' 139 on the
+    2-core Sapphire Rapids dev VM, 0.60x (faster on 121, slower on 1). Before that the GEMM
+    took only the shapes the direct tile fits badly (OC not a multiple of 32, >= 10% of its
+    columns wasted, a row narrower than one column tile), from 2-core znver4 measurements
+    where elsewhere the two were 0.73-1.35x; both kernels changed since. At stride > 1 the
+    direct conv keeps them.
     """
     c = info.conv
     return info.dtype == "float32" and c is not None and tiling.gemm_wins(c, t)

@@ -46,7 +46,7 @@ def applies(c: Conv2DInfo) -> bool:
 
 
 def wins(info: OpInfo, _t: TargetInfo) -> bool:
-    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4, 2026-11-22).
+    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4).
 
     Winograd beat the direct NCHWc kernel by 1.16-2.8x on every 3x3 s1 workload shape with
     IC >= 64, OC >= 64 and IC*OC >= 64*128 (15 shapes, 13x13 to 128x160), and lost where the
@@ -178,7 +178,7 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     # The input transform stores a tile's 16 values one V plane (IC x P' floats) apart. A
     # plane that is a multiple of the L1's set span (4 KiB) put all 16 lines in one 12-way
     # set, so every store missed: parts 1.5x slower than their neighbours on the H100 host
-    # (PREDICTOR.md, session 7). One cache line more per plane spreads them over 16 sets.
+    # (PREDICTOR.md). One cache line more per plane spreads them over 16 sets.
     sch.storage_align(sch.get_sblock("codl_wino_v"), 0, axis=1, factor=V_PLANE_ALIGN_FLOATS,
                       offset=V_PLANE_SKEW_FLOATS)  # fmt: skip
     # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors

@@ -33,7 +33,7 @@ def gemm_applies(c: Conv) -> bool:
 
 def gemm_wins(c: Conv, t: Simd, always: bool | None = None) -> bool:
     """Shape part of ``cpu_gemm.wins`` (see there for the measurements behind it): every 1x1
-    conv at stride 1; at stride > 1 it won and lost by shape (KERNELS.md, session 17), so the
+    conv at stride 1; at stride > 1 it won and lost by shape (KERNELS.md), so the
     direct conv keeps those, unless ``always`` (``KernelVariants.cpu_gemm == "always"``: every
     1x1 conv, to measure the two kernels on the same sub-ops). ``always`` None: the schedules'
     current variants; the predictor passes its own."""
@@ -148,5 +148,5 @@ def pool_copies_rows(is_max: bool, padded_rows: int) -> bool:
     inlined time (160 sub-ops; ResNet-18's 112x112 stem pool 0.60x), the slower ones all
     under 6.5 us. Pools that pad only columns, and average pools, were vectorized (by
     gathers) already and ran up to 1.34x slower with copied rows, so they keep the inlined
-    pad (session 19, ``benchmarks/results/padpool-h100``)."""
+    pad (``benchmarks/results/padpool-h100``)."""
     return is_max and padded_rows > 0

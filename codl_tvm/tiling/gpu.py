@@ -199,7 +199,6 @@ def split_k(row: ShapeClass, m: int, n: int, k: int, sms: int) -> tuple[int, int
 # ---- GPU Winograd F(2x2, 3x3) -----------------------------------------------------------
 GPU_WINOGRAD_MIN_IC = 32  # H100: 1.02-2.35x over the tiled conv on all 26 workload shapes with
 #                          IC >= 32, 0.28-0.32x on the three with IC = 3
-#                          (benchmarks/results/kernels-h100-winograd.json)
 WINOGRAD_TRANSFORM_THREADS = 128  # threads per block of the transform kernels (memory-bound)
 # grid keys of the input (v), weight (u) and output (y) transforms (spelled out once: the
 # predictor's mirror asks for this grid on every prediction)
