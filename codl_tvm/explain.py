@@ -8,7 +8,6 @@ that :func:`codl_tvm.timeline.draw` draws.
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from .passes.unit_geometry import h_parts, oc_parts
 from .passes.units import _resolve as resolve_unit
 from .passes.units import build_units
 from .plan import Plan
+from .planner.costs import in_model, split_sharing
 from .predictor.opspec import OpSpec, conv_kind
 
 # plan_rows' columns, then the cost columns explain() adds
@@ -164,8 +164,9 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         The model (from :func:`codl_tvm.load_model`).
     plan : Plan
         Validated against ``mod`` here.
-    costs : PredictorCosts, MeasuredCosts or FlopsCosts
-        Where the times come from.
+    costs : CostSource
+        Where the times come from: the planner's (:mod:`codl_tvm.planner.costs`: a
+        predictor's, measured samples), or :class:`MeasuredCosts` / :class:`FlopsCosts` here.
     """
     from .timeline import layout
 
@@ -175,10 +176,10 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         rows = plan_rows(mod, plan)
         docs = [a.describe() for a in find_anchors(entry_function(mod))]
         specs = {d["id"]: op_spec(d) for d in docs}
-        costs = costs.in_model(footprint_bytes(docs)) if hasattr(costs, "in_model") else costs
+        costs = in_model(costs, footprint_bytes(docs))
         timeline = layout(rows, specs, costs, plan.io_device)
     notes = list(dict.fromkeys(str(w.message) for w in caught))
-    return Explanation(rows, timeline, costs.label, costs.unit, notes)
+    return Explanation(rows, timeline, costs.label, getattr(costs, "unit", "us"), notes)
 
 
 # ---- cost sources --------------------------------------------------------------------------
@@ -194,68 +195,14 @@ class FlopsCosts:
     def kernel_us(self, role: str, spec: OpSpec) -> float:
         return spec.flops / 1e6
 
-    def share_us(self, op: str, role: str, nbytes: float) -> float:
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return nbytes / 1e6
-
-    def move_us(self, spec: OpSpec, direction: str) -> float:
-        return self.share_us(direction, "", _moved_bytes(spec, direction))
-
-    def split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
-        return _split_share(self.share_us, spec, dim, ratio)
-
-
-class PredictorCosts(FlopsCosts):
-    """Times predicted by a trained predictor (CoDL Eq. 2 terms, as ``predict_op`` sums them)."""
-
-    unit = "us"
-
-    def __init__(self, predictor, name: str = "predictor"):
-        self.predictor = predictor
-        self.label = f"predicted by the {predictor.kind} predictor {name} (pair {predictor.pair_})"
-
-    def kernel_us(self, role: str, spec: OpSpec) -> float:
-        return self.predictor.kernel_us(role, spec)
-
-    def in_model(self, footprint_bytes: int) -> PredictorCosts:
-        """These costs for one model's ops (the predictor's cache-residency context)."""
-        fn = getattr(self.predictor, "in_model", None)
-        pred = fn(footprint_bytes) if fn is not None else self.predictor
-        if pred is self.predictor:
-            return self
-        other = copy.copy(self)
-        other.predictor = pred
-        return other
-
-    def share_us(self, op: str, role: str, nbytes: float) -> float:
-        return self.predictor.sharing_.cost(op, role, nbytes)
 
 
 def footprint_bytes(docs: list[dict]) -> int:
     """Bytes the anchors of a model touch per inference (weights and outputs, float32), as
     the planner counts them (:func:`codl_tvm.planner.nodes.footprint_bytes`)."""
     return 4 * sum(math.prod(d.get("weight", [0])) + math.prod(d["out"]) for d in docs)
-
-
-def _moved_bytes(spec: OpSpec, direction: str) -> int:
-    return spec.in_bytes if direction == "to_cpu" else spec.out_bytes
-
-
-def _split_share(cost, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
-    """Sharing before the parts run (copy to the CPU, slices) and after (copy back, concat).
-
-    The same terms as :meth:`codl_tvm.predictor.sharing.SharingModel.op_cost`.
-    """
-    cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
-    if cpu is None:
-        return 0.0, 0.0
-    pre, post = cost("to_cpu", "cpu", cpu.in_bytes), cost("to_gpu", "gpu", cpu.out_bytes)
-    if gpu is None:
-        return pre, post
-    if dim == "H":
-        pre += cost("slice", "gpu", cpu.in_bytes) + cost("slice", "gpu", gpu.in_bytes)
-    if spec.joins_in_place(dim):
-        return pre, post
-    return pre, post + cost("concat", "gpu", spec.out_bytes)
 
 
 class MeasuredCosts(FlopsCosts):
@@ -280,7 +227,8 @@ class MeasuredCosts(FlopsCosts):
 
     def move_us(self, spec: OpSpec, direction: str) -> float:
         both = max(self._time(spec, ("cpu-op", "gpu-io")) - self.kernel_us("cpu", spec), 0.0)
-        return both * _moved_bytes(spec, direction) / (spec.in_bytes + spec.out_bytes)
+        moved = spec.in_bytes if direction == "to_cpu" else spec.out_bytes
+        return both * moved / (spec.in_bytes + spec.out_bytes)
 
     def split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
         parts = {r: spec.part(r, dim, ratio) for r in ("cpu", "gpu")}
@@ -288,7 +236,7 @@ class MeasuredCosts(FlopsCosts):
             return 0.0, 0.0
         slowest = max(self.kernel_us(r, p) for r, p in parts.items() if p is not None)
         total = max(self._time(spec, ("split", dim, ratio)) - slowest, 0.0)
-        pre_b, post_b = _split_share(lambda op, role, n: float(n), spec, dim, ratio)
+        pre_b, post_b = split_sharing(lambda op, role, n: float(n), spec, dim, ratio)
         return total * pre_b / (pre_b + post_b), total * post_b / (pre_b + post_b)
 
     def _time(self, spec: OpSpec, how: tuple) -> float:

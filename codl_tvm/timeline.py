@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .outputs import atomic_file
+from .planner.costs import move_us, split_share_us
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
@@ -109,7 +110,7 @@ def _fill(row: dict, cpu_us: float, gpu_us: float, share_us: float) -> None:
 def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
     spec, repeat = specs[row["op"]]
     role = row["place"]
-    move = costs.move_us(spec, f"to_{role}") * repeat if here != role else 0.0
+    move = move_us(costs, spec, f"to_{role}") * repeat if here != role else 0.0
     t = _share(tl, t, move, f"to {role}")
     kernel = costs.kernel_us(role, spec) * repeat
     _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
@@ -121,9 +122,9 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
     dim, ratio = unit[0]["dim"], unit[0]["ratio"]
     first, repeat = specs[unit[0]["op"]]
     last, _ = specs[unit[-1]["op"]]
-    back = costs.move_us(first, "to_gpu") * repeat if here == "cpu" else 0.0
-    pre = costs.split_share(first, dim, ratio)[0] * repeat
-    post = costs.split_share(last, dim, ratio)[1] * repeat
+    back = move_us(costs, first, "to_gpu") * repeat if here == "cpu" else 0.0
+    pre = split_share_us(costs, first, dim, ratio)[0] * repeat
+    post = split_share_us(costs, last, dim, ratio)[1] * repeat
     t = _share(tl, t, back + pre, "slice + to cpu")
     ends = {"cpu": t, "gpu": t}
     for i, row in enumerate(unit):

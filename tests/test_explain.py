@@ -17,13 +17,13 @@ from codl_tvm import zoo
 from codl_tvm.explain import (
     FlopsCosts,
     MeasuredCosts,
-    PredictorCosts,
     explain,
     op_spec,
     plan_rows,
     single_op_module,
 )
 from codl_tvm.plan import Chain, OpPlacement, Plan
+from codl_tvm.planner.costs import PredictorCosts
 from codl_tvm.predictor import OpSpec, train
 from codl_tvm.profiler import space
 from codl_tvm.timeline import LANES, draw
@@ -194,8 +194,7 @@ def test_draw_writes_a_readable_png(tmp_path, tiny, predictor):
 def test_explain_times_ops_in_the_model_context_like_the_planner():
     # the shipped H100 predictor: a model beyond the GPU's L2 streams its GEMV weights cold,
     # and the explained times must be the ones the planner decided with
-    from codl_tvm.explain import PredictorCosts
-    from codl_tvm.planner.costs import PredictorCosts as PlannerCosts
+    from codl_tvm.planner.costs import PredictorCosts
     from codl_tvm.predictor import default_for
 
     pred = default_for("x86-cuda")
@@ -206,4 +205,4 @@ def test_explain_times_ops_in_the_model_context_like_the_planner():
     cold = costs.in_model(beyond)
     assert cold.label == costs.label
     assert cold.kernel_us("gpu", fc) > costs.kernel_us("gpu", fc)
-    assert cold.kernel_us("gpu", fc) == PlannerCosts(pred).in_model(beyond).kernel_us("gpu", fc)
+    assert cold.kernel_us("gpu", fc) == costs.in_model(beyond).kernel_us("gpu", fc)

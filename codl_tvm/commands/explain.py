@@ -29,7 +29,8 @@ def _add(p: argparse.ArgumentParser) -> None:
 
 def _costs(args: argparse.Namespace):
     from ..device import DevicePair
-    from ..explain import FlopsCosts, MeasuredCosts, PredictorCosts
+    from ..explain import FlopsCosts, MeasuredCosts
+    from ..planner.costs import PredictorCosts
 
     if args.predictor:
         from ..predictor import load
@@ -38,7 +39,9 @@ def _costs(args: argparse.Namespace):
         if args.pair and args.pair != pred.pair_:
             warnings.warn(f"the predictor was trained on pair {pred.pair_!r}, not {args.pair!r}",
                           stacklevel=2)
-        return PredictorCosts(pred, Path(args.predictor).name), pred.pair_
+        label = f"predicted by the {pred.kind} predictor {Path(args.predictor).name} " \
+                f"(pair {pred.pair_})"
+        return PredictorCosts(pred, label), pred.pair_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # auto's fallback shows in the pair name
         pair = DevicePair.parse(args.pair or "auto", arch=args.arch)

@@ -26,11 +26,56 @@ SHARING_OPS = ("to_cpu", "to_gpu", "slice", "concat")
 
 
 class CostSource(Protocol):
+    """Where the planner's and ``explain``'s times come from: a kernel's time on a processor,
+    and a sharing op's (``to_cpu``, ``to_gpu``, ``slice``, ``concat``) for its bytes. Optional:
+    ``in_model(footprint_bytes)`` (cache residency), ``in_range(sub)``, ``concurrent``,
+    ``unit`` (``"us"`` unless a source's numbers are not times)."""
+
     label: str
 
     def kernel_us(self, role: str, sub: OpSpec) -> float: ...
 
     def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
+
+
+def move_us(costs: CostSource, spec: OpSpec, direction: str) -> float:
+    """A whole op's input (``to_cpu``) or output (``to_gpu``) moved between the processors.
+
+    A source that times the move in place (``explain``'s measured costs) answers through its
+    own ``move_us``; the others price the bytes with ``sharing_us``.
+    """
+    own = getattr(costs, "move_us", None)
+    if own is not None:
+        return float(own(spec, direction))
+    nbytes = spec.in_bytes if direction == "to_cpu" else spec.out_bytes
+    return costs.sharing_us(direction, direction.removeprefix("to_"), nbytes)
+
+
+def split_share_us(costs: CostSource, spec: OpSpec, dim: str, ratio: float
+                   ) -> tuple[float, float]:
+    """Sharing of ``spec`` split at ``ratio`` before its parts run (copy to the CPU, slices)
+    and after (copy back, concat): the terms of
+    :meth:`codl_tvm.predictor.sharing.SharingModel.op_cost`. A source that times a split in
+    place answers through its own ``split_share``."""
+    own = getattr(costs, "split_share", None)
+    if own is not None:
+        return own(spec, dim, ratio)
+    return split_sharing(costs.sharing_us, spec, dim, ratio)
+
+
+def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+    """(before, after) of a split from ``cost(op, role, nbytes)``."""
+    cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
+    if cpu is None:
+        return 0.0, 0.0
+    pre, post = cost("to_cpu", "cpu", cpu.in_bytes), cost("to_gpu", "gpu", cpu.out_bytes)
+    if gpu is None:
+        return pre, post
+    if dim == "H":
+        pre += cost("slice", "gpu", cpu.in_bytes) + cost("slice", "gpu", gpu.in_bytes)
+    if spec.joins_in_place(dim):
+        return pre, post
+    return pre, post + cost("concat", "gpu", spec.out_bytes)
 
 
 def in_model(costs: CostSource, footprint_bytes: int) -> CostSource:
