@@ -83,3 +83,28 @@ def split_count(total: int, ratio: float) -> int:
     if not 0.0 <= ratio <= 1.0 or math.isnan(ratio):
         raise ValueError(f"ratio {ratio} is outside [0, 1]")
     return min(total, max(0, math.floor(ratio * total + 0.5)))
+
+
+def chain_row_parts(
+    ops: list[tuple[Window, int]], out_rows: int, ratio: float
+) -> dict[str, list[RowPart]] | None:
+    """Per role (GPU first: rows ``[0, n_gpu)``), the row part of every op of an H-split unit.
+
+    ``ops`` are the unit's ops in order, each as (its H window, its input rows); ``out_rows``
+    the last op's output rows. Parts grow backwards through the chain by each op's window
+    (CoDL Eq. 1). None where a role gets no rows, or a part would read padding only.
+    """
+    n_gpu = split_count(out_rows, ratio)
+    if n_gpu in (0, out_rows):
+        return None
+    parts: dict[str, list[RowPart]] = {}
+    for role, out in (("gpu", (0, n_gpu)), ("cpu", (n_gpu, out_rows))):
+        chain: list[RowPart] = []
+        for window, in_rows in reversed(ops):
+            part = row_part(window, in_rows, *out)
+            if part.src[1] <= part.src[0]:
+                return None
+            chain.append(part)
+            out = part.src
+        parts[role] = chain[::-1]
+    return parts

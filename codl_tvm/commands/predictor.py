@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..outputs import check_output_file
 from . import Command
@@ -17,31 +18,41 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
 
 def _run_train(args: argparse.Namespace) -> int:
     from ..predictor import train
+    from ..predictor.accuracy import few_sample_kernels, format_kernel_table, kernel_rows
+    from ..profiler import read_samples
 
     check_output_file(args.output, [args.samples])  # before fitting
     p = train(args.samples, kind=args.kind, output=args.output)
     print(json.dumps({"kind": p.kind, "pair": p.pair_, "size_bytes": p.size_bytes,
                       "output": args.output}))  # fmt: skip
+    # stdout stays the one JSON line; the in-sample fit per kernel and its warnings go to stderr
+    kernels = kernel_rows(p, read_samples(args.samples, pair=p.pair_))
+    print(f"in-sample accuracy per kernel:\n{format_kernel_table(kernels)}", file=sys.stderr)
+    for message in few_sample_kernels(kernels):
+        print(f"warning: {message}", file=sys.stderr)
     return 0
 
 
 def _add_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("predictor", help="predictor JSON from `codl-tvm train`")
     parser.add_argument("samples", help="samples CSV to evaluate on (same device pair)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON: "
+                        "rows per processor and op, kernels per processor, op and algorithm")
 
 
 def _run_report(args: argparse.Namespace) -> int:
     from ..predictor import report
-    from ..predictor.accuracy import format_table
+    from ..predictor.accuracy import format_kernel_table, format_table
     from ..profiler import read_samples
     from ..profiler.noise import format_noise, noise_rows
 
     rep = report(args.predictor, args.samples)
     if args.json:
-        print(json.dumps(rep["rows"], indent=1))
+        print(json.dumps(rep, indent=1))
         return 0
     print(format_table(rep))
+    print()  # the same per kernel (processor, op, algorithm)
+    print(format_kernel_table(rep["kernels"]))
     print()  # the ceiling: how often the samples agree with themselves
     print(format_noise(noise_rows(read_samples(args.samples))))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..geometry import RowPart, row_part, split_count
+from ..geometry import RowPart, chain_row_parts, split_count
 from ..graph import AnchorOp
 from .split_rules import RULES, Unsplittable
 
@@ -27,24 +27,16 @@ class ChannelPart:
 
 
 def h_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[RowPart]]:
-    """Per role, the row part of every op of the unit (same order as ``ops``)."""
+    """Per role, the row part of every op of the unit (same order as ``ops``):
+    :func:`codl_tvm.geometry.chain_row_parts`, as the planner cuts them."""
     last = ops[-1]
-    rule = RULES[last.kind]
-    rows = last.out_shape[rule.h_axis(last.call)]
-    n_gpu = split_count(rows, ratio)
-    ranges = {"gpu": (0, n_gpu), "cpu": (n_gpu, rows)}
-    parts: dict[str, list[RowPart]] = {}
-    for role, out in ranges.items():
-        chain: list[RowPart] = []
-        for op in reversed(ops):
-            r = RULES[op.kind]
-            in_rows = op.in_shape[r.h_axis(op.call)]
-            part = row_part(r.window(op.call), in_rows, *out)
-            if part.src[1] <= part.src[0]:
-                raise Unsplittable(f"{op.op_id}: the {role} part reads only padding rows")
-            chain.append(part)
-            out = part.src
-        parts[role] = chain[::-1]
+    rows = last.out_shape[RULES[last.kind].h_axis(last.call)]
+    windows = [(RULES[op.kind].window(op.call), op.in_shape[RULES[op.kind].h_axis(op.call)])
+               for op in ops]
+    parts = chain_row_parts(windows, rows, ratio)
+    if parts is None:
+        raise Unsplittable(f"{last.op_id}: a part of the H split at {ratio} gets no rows, or "
+                           "reads only padding rows")
     return parts
 
 

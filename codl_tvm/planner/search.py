@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..geometry import row_part, split_count
+from ..geometry import chain_row_parts, split_count
 from ..predictor.opspec import OpSpec
 from .costs import CostSource, concurrent, in_model, trusted
 from .glue import GlueOp
@@ -72,25 +72,15 @@ def unit_parts(nodes: list[OpNode], dim: str, ratio: float) -> dict[str, list[Op
     """Per role, the sub-op of every member; None when one side gets nothing or cannot work."""
     if any(n.spec is None or dim not in n.dims for n in nodes):
         return None
-    if dim == "H":
-        last = nodes[-1].spec
-        rows = last.out_h
-        n_gpu = split_count(rows, ratio)
-        if n_gpu in (0, rows):
+    if dim == "H":  # the cut of the partition pass (passes.unit_geometry.h_parts)
+        ops = [(n.spec.window_h, n.spec.H) for n in nodes]
+        rows = chain_row_parts(ops, nodes[-1].spec.out_h, ratio)
+        if rows is None:
             return None
-        parts: dict[str, list[OpSpec]] = {}
-        for role, out in (("gpu", (0, n_gpu)), ("cpu", (n_gpu, rows))):
-            subs: list[OpSpec] = []
-            for node in reversed(nodes):
-                s = node.spec
-                rp = row_part(s.window_h, s.H, *out)
-                if rp.src[1] <= rp.src[0]:
-                    return None
-                subs.append(replace(s, H=rp.src[1] - rp.src[0],
-                                    pad=(rp.pad[0], s.pad[1], rp.pad[1], s.pad[3])))
-                out = rp.src
-            parts[role] = subs[::-1]
-        return parts
+        return {role: [replace(n.spec, H=rp.src[1] - rp.src[0],
+                               pad=(rp.pad[0], n.spec.pad[1], rp.pad[1], n.spec.pad[3]))
+                       for n, rp in zip(nodes, rows[role], strict=True)]
+                for role in ROLES}
     units = nodes[0].spec.units("OC")
     if split_count(units, ratio) in (0, units):
         return None

@@ -104,9 +104,11 @@ def report(
     predictor: str | Path | BasePredictor,
     samples: str | Path | Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Accuracy (+-10%, MAPE) per processor and op kind, size and prediction time.
+    """Accuracy (+-10%, MAPE) per processor and op kind and per kernel, size and prediction time.
 
-    Samples of another device pair than the predictor's are refused.
+    Samples of another device pair than the predictor's are refused. The dict's ``rows`` score
+    each (processor, op kind), its ``kernels`` each (processor, op kind, algorithm) of the
+    samples (:func:`codl_tvm.predictor.accuracy.kernel_rows`).
     """
     from codl_tvm.predictor.accuracy import report as _report
     from codl_tvm.predictor.base import load

@@ -1,4 +1,5 @@
-"""Accuracy report: +-10% accuracy and MAPE per processor and op kind, size, prediction time."""
+"""Accuracy report: +-10% accuracy and MAPE per processor and op kind, and per kernel (processor,
+op, algorithm), size, prediction time; the kernels trained on too few samples."""
 
 from __future__ import annotations
 
@@ -53,9 +54,16 @@ def predict_time_us(predictor: BasePredictor, ops: Sequence[OpSpec], repeat: int
     return float(np.median(best))
 
 
-def accuracy_rows(predictor: BasePredictor, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (processor, op) plus ``all`` per processor; compute and sharing samples."""
-    pred = predictor.predict(rows)
+def accuracy_rows(
+    predictor: BasePredictor,
+    rows: Sequence[dict[str, Any]],
+    predicted_us: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (processor, op) plus ``all`` per processor; compute and sharing samples.
+
+    ``predicted_us``: the predictor's latencies of ``rows`` when already computed.
+    """
+    pred = predictor.predict(rows) if predicted_us is None else np.asarray(predicted_us)
     meas = np.array([r["latency_us"] for r in rows])
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
@@ -68,18 +76,106 @@ def accuracy_rows(predictor: BasePredictor, rows: Sequence[dict[str, Any]]) -> l
     return out
 
 
+# a kernel (processor, op, algorithm) trained on fewer sample rows than this is flagged
+MIN_KERNEL_SAMPLES: int = 10
+
+
+def kernel_rows(
+    predictor: BasePredictor,
+    rows: Sequence[dict[str, Any]],
+    predicted_us: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Accuracy per kernel: one row per (role, op, algorithm) present in the sample rows.
+
+    Sharing ops (``to_cpu``, ``slice``, ...) count as kernels too, under the algorithm their
+    rows record (``copy``).
+
+    Parameters
+    ----------
+    predictor : BasePredictor
+        A fitted predictor.
+    rows : sequence of dict
+        Sample rows (``role``, ``op``, ``algorithm``, ``latency_us`` and the shape columns).
+    predicted_us : numpy.ndarray, optional
+        The predictor's latencies of ``rows`` in microseconds, when already computed.
+
+    Returns
+    -------
+    list of dict
+        Sorted by (processor, op, algorithm), each with ``processor`` (the row's role),
+        ``op``, ``algorithm``, ``n`` (rows), ``acc10`` (fraction of rows predicted within
+        +-10% of the measured latency) and ``mape`` (mean absolute error over the measured
+        latency, a fraction).
+    """
+    pred = predictor.predict(rows) if predicted_us is None else np.asarray(predicted_us)
+    meas = np.array([r["latency_us"] for r in rows])
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[(r["role"], r["op"], str(r["algorithm"]))].append(i)
+    return [
+        {"processor": role, "op": op, "algorithm": algo, **_stats(pred[idx], meas[idx])}
+        for (role, op, algo), idx in sorted(groups.items())
+    ]
+
+
+def few_sample_kernels(
+    kernels: Sequence[dict[str, Any]], min_samples: int = MIN_KERNEL_SAMPLES
+) -> list[str]:
+    """Warning messages, one per kernel with fewer than ``min_samples`` sample rows.
+
+    Parameters
+    ----------
+    kernels : sequence of dict
+        Rows of :func:`kernel_rows` (``processor``, ``op``, ``algorithm``, ``n``).
+    min_samples : int
+        The fewest sample rows a kernel's model should rest on.
+
+    Returns
+    -------
+    list of str
+        One line each, naming the kernel (``processor op/algorithm``) and its row count, in
+        the order of ``kernels``.
+    """
+    return [
+        f"{k['processor']} {k['op']}/{k['algorithm']} has {k['n']} "
+        f"sample{'' if k['n'] == 1 else 's'} (< {min_samples}): its predictions rest on few "
+        "measurements; profile more shapes that run it"
+        for k in kernels
+        if k["n"] < min_samples
+    ]
+
+
 def report(
     predictor: BasePredictor, rows: Sequence[dict[str, Any]], n_timed: int = 200
 ) -> dict[str, Any]:
-    """The full report of a predictor on sample rows."""
+    """The full report of a predictor on sample rows.
+
+    Parameters
+    ----------
+    predictor : BasePredictor
+        A fitted predictor.
+    rows : sequence of dict
+        Sample rows of the predictor's device pair.
+    n_timed : int
+        How many compute rows' ops time ``predict_op``.
+
+    Returns
+    -------
+    dict
+        ``kind``, ``pair``, ``size_bytes``, ``predict_us_per_op``, ``rows`` (per processor and
+        op, :func:`accuracy_rows`) and ``kernels`` (per processor, op and algorithm,
+        :func:`kernel_rows`).
+    """
     comp = [r for r in rows if r["op"] not in SHARING_KINDS]
     ops = _full_ops(comp[:n_timed])
+    predicted_us = predictor.predict(rows)
     return {
         "kind": predictor.kind,
         "pair": predictor.pair_,
         "size_bytes": predictor.size_bytes,
         "predict_us_per_op": predict_time_us(predictor, ops),
-        "rows": accuracy_rows(predictor, rows),
+        "rows": accuracy_rows(predictor, rows, predicted_us),
+        "kernels": kernel_rows(predictor, rows, predicted_us),
     }
 
 
@@ -93,6 +189,31 @@ def _full_ops(rows: Sequence[dict[str, Any]]) -> list[OpSpec]:
         spec = sub_spec({**r, **full})
         ops.append(spec)
     return ops
+
+
+def format_kernel_table(kernels: Sequence[dict[str, Any]]) -> str:
+    """The rows of :func:`kernel_rows` as a text table.
+
+    Parameters
+    ----------
+    kernels : sequence of dict
+        Rows of :func:`kernel_rows`.
+
+    Returns
+    -------
+    str
+        A header and one line per kernel: processor, op, algorithm, n, acc10 and MAPE (both
+        in percent).
+    """
+    width = max([len("algorithm"), *(len(k["algorithm"]) for k in kernels)])
+    lines = [f"{'processor':<9} {'op':<12} {'algorithm':<{width}} {'n':>5} {'acc10':>7} "
+             f"{'MAPE':>7}"]  # fmt: skip
+    for k in kernels:
+        lines.append(
+            f"{k['processor']:<9} {k['op']:<12} {k['algorithm']:<{width}} {k['n']:>5} "
+            f"{k['acc10']:>7.1%} {k['mape']:>7.1%}"
+        )
+    return "\n".join(lines)
 
 
 def format_table(rep: dict[str, Any]) -> str:
