@@ -25,8 +25,8 @@ from codl_tvm.predictor import (
 )
 from codl_tvm.predictor import ties as T
 from codl_tvm.predictor.base import sub_spec
-from codl_tvm.predictor.codl import CPU_FACT_FIELDS, machine_from_facts
 from codl_tvm.predictor.cpu_stream_terms import _l2s_bytes
+from codl_tvm.predictor.machine import CPU_FACT_FIELDS, machine_from_facts
 from codl_tvm.predictor.mirror import Machine
 from codl_tvm.predictor.opspec import SHARING_KINDS
 from codl_tvm.profiler import machine_facts, read_samples
@@ -95,14 +95,14 @@ def test_calibration_takes_the_targets_caches(rows):
 
 
 def test_a_format_2_list_with_cpu_facts_is_saved_by_name(tmp_path):
-    from codl_tvm.predictor.codl import _load_machine, _machine_json
+    from codl_tvm.predictor.machine import load_machine, machine_json
 
     m = dataclasses.replace(Machine(), cpu_smt=1)
-    assert isinstance(_machine_json(Machine(), 2), list)
-    doc = _machine_json(m, 2)
-    assert doc["cpu_smt"] == 1 and _load_machine(doc) == m
+    assert isinstance(machine_json(Machine(), 2), list)
+    doc = machine_json(m, 2)
+    assert doc["cpu_smt"] == 1 and load_machine(doc) == m
     with pytest.raises(ValueError, match="unknown machine facts"):
-        _load_machine({"cores": 16, "cpu_l4_bytes": 1})
+        load_machine({"cores": 16, "cpu_l4_bytes": 1})
 
 
 # ---- ties by name ------------------------------------------------------------------------

@@ -40,6 +40,11 @@ from codl_tvm.predictor.blocking import (
 )
 from codl_tvm.predictor.codl_format import current_key, flat_models, trim_zeros
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
+from codl_tvm.predictor.machine import (
+    load_machine,
+    machine_from_facts,
+    machine_json,
+)
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
@@ -321,7 +326,7 @@ class CoDLPredictor(BasePredictor):
                 units = untied(units, tied_units(key, self.family_, self.t_))
             by_role[role][rest] = trim_zeros(units)
         return {
-            "machine": _machine_json(m, self._format_version()),
+            "machine": machine_json(m, self._format_version()),
             # the kernel variants its samples were built with: only those not the defaults
             **({"variants": _variants_json(m.variants)} if not m.variants.is_default else {}),
             **({} if same else {"family": self.family_}),
@@ -332,7 +337,7 @@ class CoDLPredictor(BasePredictor):
 
     def _load_model(self, doc: dict[str, Any]) -> None:
         self.machine_ = dataclasses.replace(
-            _load_machine(doc["machine"]), variants=KernelVariants.from_json(doc.get("variants")))
+            load_machine(doc["machine"]), variants=KernelVariants.from_json(doc.get("variants")))
         flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
@@ -351,62 +356,10 @@ class CoDLPredictor(BasePredictor):
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
 
-# the machine facts a codl predictor file keeps, by name (files before format 4: a list in this
-# order, without run_sms; before 0.1 also without cpu_stream_bytes)
-MACHINE_FIELDS = ("cores", "lanes", "sms", "l2_bytes", "cpu_stream_bytes", "run_sms")
-# facts a file names only where they differ from the defaults (``mirror.CPU_L1_BYTES`` ...: the
-# H100 machine's), so a file that names none predicts as before they were facts
-CPU_FACT_FIELDS = ("cpu_l1_bytes", "cpu_l2_bytes_per_core", "cpu_l3_bytes", "cpu_stlb_entries",
-                   "cpu_smt")  # fmt: skip
-MACHINE_BY_NAME_FROM = 4  # the predictor file format that names its machine facts
-# detected machine facts (``profiler.machine_facts``) -> the Machine field they fill
-FACTS_TO_MACHINE = {
-    "cpu_l1_bytes": "cpu_l1_bytes",
-    "cpu_l2_bytes": "cpu_l2_bytes_per_core",  # sysfs: CPU 0's L2 (one core's)
-    # not cpu_l3_bytes: a KVM guest's sysfs reports a synthetic L3 (300 MiB on the H100
-    # machine, whose terms use its physical 105 MB), so the L3 stays the training machine's
-    "cpu_stlb_entries": "cpu_stlb_entries",  # not detected: a facts file may state it
-    "cpu_smt": "cpu_smt",  # not detected (a KVM guest shows no SMT): a facts file may state it
-    "gpu_l2_bytes": "l2_bytes",
-}
-
-
-def machine_from_facts(m: Machine, facts: dict[str, Any]) -> Machine:
-    """``m`` with the detected ``facts`` that are positive numbers (the rest kept)."""
-    changes = {}
-    for key, field in FACTS_TO_MACHINE.items():
-        value = facts.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            changes[field] = int(value)
-    return dataclasses.replace(m, **changes) if changes else m
-
-
-def _machine_json(m: Machine, version: int) -> dict[str, int] | list[int]:
-    """By name from format 4; a file of format 2 saved again keeps its list (and gains
-    ``run_sms`` at the end only where calibration set it), unless it has CPU facts other than
-    the defaults: then it names them all."""
-    default = Machine()
-    facts = {f: getattr(m, f) for f in CPU_FACT_FIELDS if getattr(m, f) != getattr(default, f)}
-    if version >= MACHINE_BY_NAME_FROM or facts:
-        return {**{f: getattr(m, f) for f in MACHINE_FIELDS if getattr(m, f)}, **facts}
-    values = [getattr(m, f) for f in MACHINE_FIELDS]
-    return values if m.run_sms else values[:-1]
-
-
 def _variants_json(v: KernelVariants) -> dict[str, Any]:
     """The variants that differ from the defaults (a file without ``variants``: defaults)."""
     default = DEFAULT_VARIANTS.to_json()
     return {k: x for k, x in v.to_json().items() if x != default[k]}
-
-
-def _load_machine(doc: dict[str, int] | list[int]) -> Machine:
-    if isinstance(doc, list):
-        doc = dict(zip(MACHINE_FIELDS, doc, strict=False))
-    known = MACHINE_FIELDS + CPU_FACT_FIELDS
-    unknown = set(doc) - set(known)
-    if unknown:
-        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {known}")
-    return Machine(**{f: int(v) for f, v in doc.items()})
 
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning

@@ -19,59 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from codl_tvm import tiling
+from codl_tvm.predictor.machine import (  # noqa: F401 - re-exported: Machine's home was here
+    CPU_L1_BYTES,
+    CPU_L2_BYTES_PER_CORE,
+    CPU_L3_BYTES,
+    CPU_SMT,
+    CPU_STLB_ENTRIES,
+    Machine,
+)
 from codl_tvm.predictor.opspec import COMPUTE_KINDS, OpSpec
-from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW, KernelVariants
+from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
 from codl_tvm.tiling.dispatch_table import TABLE, TableRow
-
-# The CPU facts of the machine the shipped predictor was trained on, the defaults of
-# :class:`Machine` (a predictor file that names none has these): Intel Sapphire Rapids (Intel
-# 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: 48 KiB L1D and 2 MiB
-# L2 per core, each core two hyperthreads: the guest's vCPUs are hyperthreads of half as many
-# cores); its second-level TLB (2048 entries of 4 KiB pages: ``cpu_stream_terms.cpu_dense``);
-# the last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest reports
-# a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element than one
-# of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
-CPU_L1_BYTES = 48 << 10
-CPU_L2_BYTES_PER_CORE = 2 << 20
-CPU_L3_BYTES = 105 << 20
-CPU_STLB_ENTRIES = 2048
-CPU_SMT = 2  # hardware threads per core
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What the blocking depends on: CPU cores, SIMD lanes and caches, GPU SMs and threads."""
-
-    cores: int = 16
-    lanes: int = 16
-    sms: int = 132
-    l2_bytes: int = 50 << 20
-    max_threads: int = 1024  # GPU threads per block (cuda); not stored in predictor files
-    # bytes of a parallel CPU pass beyond which it streams past the cores' caches; 0: the
-    # Sapphire Rapids rule of blocking._streamed (the codl predictor learns it per target)
-    cpu_stream_bytes: int = 0
-    # SMs that run the kernels where fewer than ``sms`` (the SMs the compiler tiled for) are
-    # the process's: a GPU shared by MPS, detected on the target; 0: all of ``sms``
-    run_sms: int = 0
-    # CPU caches, TLB reach and SMT (terms of ``cpu_terms``, ``cpu_stream_terms``); detected
-    # where the samples were profiled (``profiler.machine_facts``) or the defaults above
-    cpu_l1_bytes: int = CPU_L1_BYTES
-    cpu_l2_bytes_per_core: int = CPU_L2_BYTES_PER_CORE
-    cpu_l3_bytes: int = CPU_L3_BYTES
-    cpu_stlb_entries: int = CPU_STLB_ENTRIES
-    cpu_smt: int = CPU_SMT
-    # the kernel variants the samples were profiled with (compile options; stored beside the
-    # machine facts in a predictor file)
-    variants: KernelVariants = KernelVariants()
-
-    @property
-    def active_sms(self) -> int:
-        """SMs the waves of a kernel's blocks spread over."""
-        return self.run_sms or self.sms
-
-    @property
-    def vector_regs(self) -> int:  # AVX-512 / NEON: 32; AVX2/SSE: 16 (target_info.py)
-        return 32 if self.lanes >= 16 else 16
 
 
 @dataclass(frozen=True, init=False)
