@@ -15,7 +15,7 @@ STRATA=(deep=$R/deep-h100/deep-samples.csv deep2=$R/deep2-h100/deep2-samples.csv
 EXTRA=()
 for s in "${STRATA[@]}"; do EXTRA+=(--extra "$s"); done
 
-python -m codl_tvm.predictor train $S -o $P
+codl-tvm train $S -o $P
 wc -c $P
 # codl's acc10: mean of 20 seeded 30% splits, each held-out CNN, each stratum
 python benchmarks/predictor_seeds.py $S "${EXTRA[@]}" --json $R/predictor-h100-seeds.json

@@ -3,7 +3,7 @@
 #
 # Here (dev machine, full TVM), build what travels:
 #   ../shared/gpu/pack-tvm-runtime.sh .devcarry            # -> .devcarry/tvm-runtime.tgz
-#   python -m codl_tvm.profiler bundle --pair x86-cuda --arch sm_90 --mcpu sapphirerapids \
+#   codl-tvm profile-bundle --pair x86-cuda --arch sm_90 --mcpu sapphirerapids \
 #       --num-cores 16 --quick --workload ../shared/workloads/conv2d.csv \
 #       --workload ../shared/workloads/pool2d.csv --workload ../shared/workloads/dense.csv \
 #       --shares 0.1,0.3,0.5,0.7,0.9,1.0 -o .devcarry/profile-bundle
@@ -32,4 +32,4 @@ python3 codl_tvm/profiler/bundle_runner.py .devcarry/profile-bundle \
   -o "$OUT/samples-x86-cuda.csv" --deadline-s "$DEADLINE_S" --max-call-s 2 \
   --rounds "$ROUNDS" --min-repeat-ms "$MIN_REPEAT_MS" --warm-jobs 14 | tee "$OUT/runner.log"
 wc -l "$OUT/samples-x86-cuda.csv"
-# back here: python -m codl_tvm.profiler noise samples-x86-cuda.csv  (agreement of the rounds)
+# back here: codl-tvm profile-noise samples-x86-cuda.csv  (agreement of the rounds)
