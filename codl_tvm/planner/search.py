@@ -103,16 +103,20 @@ class Evaluator:
         self.glue = list(glue)
         self._kernels: dict[tuple[str, OpSpec], float] = {}
         self._units: dict[tuple, UnitCost | None] = {}
+        self._glue: dict[tuple[str, OpSpec], float] = {}
 
     def glue_us(self, op: GlueOp, role: str) -> float:
         """One op outside the plan on ``role`` (0 where the costs cannot price it: measured
         costs of the planned ops only)."""
-        try:
-            with warnings.catch_warnings():  # a norm's or a logit's shape is no conv's
-                warnings.simplefilter("ignore")
-                return self.kernel(role, op.spec())
-        except KeyError:
-            return 0.0
+        key = (role, op.spec())
+        if key not in self._glue:
+            try:
+                with warnings.catch_warnings():  # a norm's or a logit's shape is no conv's
+                    warnings.simplefilter("ignore")
+                    self._glue[key] = self.kernel(*key)
+            except KeyError:
+                self._glue[key] = 0.0
+        return self._glue[key]
 
     def kernel(self, role: str, sub: OpSpec) -> float:
         key = (role, sub)
