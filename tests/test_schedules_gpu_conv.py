@@ -34,7 +34,7 @@ SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[Healt
 
 
 def _plan(func, variant: str = "tiled", split: int | None = None) -> G.Plan:
-    plan = G.make_plan(analyze(func).conv, target_info(CUDA), "sm_90", variant)
+    plan = G.make_tiling(analyze(func).conv, target_info(CUDA), "sm_90", variant)
     if split is None:
         return plan
     k_split = math.ceil(plan.k / (split * plan.tile.bk)) * plan.tile.bk
@@ -144,12 +144,12 @@ def test_fused_bias_relu_split_k():
 
 
 def test_plan_split_k_only_when_grid_is_short():
-    yolo = G.make_plan(analyze(T.conv2d_func((1, 1024, 13, 13), (1024, 1024, 3, 3),
+    yolo = G.make_tiling(analyze(T.conv2d_func((1, 1024, 13, 13), (1024, 1024, 3, 3),
                                              padding=1)).conv, target_info(CUDA), "sm_90")
     assert yolo.shape_class == "deep-k" and yolo.split > 1
     assert yolo.split * yolo.m_tiles * yolo.n_tiles >= G.MIN_WAVES * G.SMS["sm_90"]
     assert yolo.split * yolo.k_split >= yolo.k > (yolo.split - 1) * yolo.k_split
-    big = G.make_plan(analyze(T.conv2d_func((1, 64, 128, 128), (256, 64, 3, 3),
+    big = G.make_tiling(analyze(T.conv2d_func((1, 64, 128, 128), (256, 64, 3, 3),
                                             padding=1)).conv, target_info(CUDA), "sm_90")
     assert big.split == 1 and big.shape_class == "wide-oc"
 

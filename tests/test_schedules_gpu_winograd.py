@@ -34,7 +34,7 @@ SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[Health
 def _errors(func) -> tuple[float, float]:
     """(unscheduled te compute, serial GPU schedule) relative errors against ``func``."""
     info = analyze(func)
-    plan = W.make_plan(info.conv, target_info(CUDA))
+    plan = W.make_tiling(info.conv, target_info(CUDA))
     args = T.random_args(func)
     want = T.run(T.build(func, HOST), func, args)
     plain = rebuild(func, info.main_block, W.winograd_compute(plan), 2)
@@ -153,7 +153,7 @@ def test_fma_loop_has_no_bounds_check():
     """The batched GEMM runs over whole tiles (zero-padded U and V), so OC 113 and 169 tiles
     put no condition in the FMA part of its K loop (see the tiled conv's test)."""
     conv = T.conv2d_func((1, 64, 26, 26), (113, 64, 3, 3), padding=1)
-    plan = W.make_plan(analyze(conv).conv, target_info(CUDA))
+    plan = W.make_tiling(analyze(conv).conv, target_info(CUDA))
     assert plan.m % plan.tile.bm and plan.n % plan.tile.bn
     func = T.schedule(T.with_target(conv, CUDA), CUDA)
     assert blocking_of(func).rule == "gpu-conv2d-winograd"

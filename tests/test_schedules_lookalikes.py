@@ -111,7 +111,7 @@ def test_conv_transpose_runs_on_the_conv_kernels(case):
     if info.kind == "conv2d_transpose":
         assert blocking_of(T.schedule(func, T.CPU_TARGET)).rule == "cpu-conv2d-transpose"
         # the GPU kernel with its thread loops serial: TIR's meaning does not depend on them
-        plan = G.make_plan(info.conv, target_info(GPU_TARGETS["cuda"]), "sm_90")
+        plan = G.make_tiling(info.conv, target_info(GPU_TARGETS["cuda"]), "sm_90")
         serial = G.scheduled(func, info, plan, threads=False)
         args = T.random_args(func)
         want = T.run(T.build(func, HOST), func, args)

@@ -136,7 +136,7 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     A ragged tile column (bounds-checked ``V`` loads) earns no term of its own (dropped alone:
     split -0.3 points, YOLO-V2 +1.2, POSENET -0.9). Its 4 launches are a constant: t0 holds
     them."""
-    # the tile of gpu_winograd.make_plan, also for rows profiled with the rule switched
+    # the tile of gpu_winograd.make_tiling, also for rows profiled with the rule switched
     # differently than now (the predicate is the mirror's business, not the terms')
     row, th, tw = tiling.gpu_winograd_gemm(conv_shape(s))
     t = row.tile

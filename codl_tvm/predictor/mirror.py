@@ -78,7 +78,7 @@ def gpu_variant(m: Machine) -> str:
 
 
 def gpu_plan(s: OpSpec, m: Machine, variant: str) -> tuple[tiling.ShapeClass, int, int]:
-    """(shape class, split-K factor, padded K per split) of ``gpu_conv.make_plan``.
+    """(shape class, split-K factor, padded K per split) of ``gpu_conv.make_tiling``.
 
     Kept in ``s.memo``: the mirror's rule and the blocking terms both ask for it.
     """
@@ -245,7 +245,7 @@ def _gpu_thin_oc(s: OpSpec, m: Machine) -> Kernel | None:
 
 
 def gpu_winograd_plan(s: OpSpec, m: Machine) -> tuple[tiling.ShapeClass, int, int] | None:
-    """(GEMM shape class, tile rows, tile columns) of ``gpu_winograd.make_plan``, or None where
+    """(GEMM shape class, tile rows, tile columns) of ``gpu_winograd.make_tiling``, or None where
     the Winograd rule does not run ``s`` (its predicate fails or the tile has too many threads).
     """
     if not is_dense_conv(s) or not tiling.gpu_winograd_wins(

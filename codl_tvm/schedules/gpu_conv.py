@@ -65,7 +65,7 @@ from .target_info import TargetInfo
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan(tiling.TiledGemm):
+class ConvTiling(tiling.TiledGemm):
     """Everything the compute and the schedule need: tile, split and padded GEMM sizes."""
 
     c: Conv2DInfo
@@ -94,7 +94,9 @@ def sm_count(target_arch: str, t: TargetInfo) -> int:
     return tiling.sm_count(target_arch, t.kind)
 
 
-def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None = None) -> Plan:
+def make_tiling(
+    c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None = None
+) -> ConvTiling:
     """Pick the tile of the first matching shape class and the split-K factor."""
     name = variant or current_variant()
     if name == DECLINE:
@@ -106,10 +108,10 @@ def make_plan(c: Conv2DInfo, t: TargetInfo, arch: str = "", variant: str | None 
     if row.tile.threads > t.max_threads:
         raise Unsupported(f"tile needs {row.tile.threads} threads, target allows {t.max_threads}")
     split, k_split = tiling.split_k(row, m, n, k, sm_count(arch, t))
-    return Plan(c, row.tile, row.name, split, m, n, k, k_split)
+    return ConvTiling(c, row.tile, row.name, split, m, n, k, k_split)
 
 
-def conv_compute(plan: Plan):
+def conv_compute(plan: ConvTiling):
     """``build(x, w) -> out`` (int64 output shape) for :func:`rebuild.rebuild`; any target."""
     c = plan.c
     (sh, sw), (dh, dw) = c.stride, c.dilation
@@ -184,7 +186,7 @@ def _cooperative(
     _bind(sch, tx, "threadIdx.x", threads)
 
 
-def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True,
+def schedule_conv(sch: Schedule, plan: ConvTiling, threads: bool = True,
                   weights_along_k: bool = True) -> None:
     """Block tile, shared staging, register tile and K unroll on :func:`conv_compute`'s
     blocks (epilogue blocks, if any, are inlined by the caller afterwards). The outer loop
@@ -221,7 +223,7 @@ def schedule_conv(sch: Schedule, plan: Plan, threads: bool = True,
     sch.decompose_reduction(conv, ko)
 
 
-def schedule_tail(sch: Schedule, plan: Plan, threads: bool = True) -> str:
+def schedule_tail(sch: Schedule, plan: ConvTiling, threads: bool = True) -> str:
     """Schedule the last kernel block (unpack copy or split-K sum); returns the name of the
     block the epilogue must be inlined into."""
     if plan.split == 1:
@@ -239,7 +241,7 @@ def schedule_tail(sch: Schedule, plan: Plan, threads: bool = True) -> str:
 
 
 
-def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:
+def plan_blocking(plan: ConvTiling, rule: str, warp: int) -> Blocking:
     """The blocking of the GEMM pass (pass 2 of split-K is stated under ``sum.*`` keys)."""
     tile = plan.tile
     grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": plan.split,
@@ -260,11 +262,11 @@ def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:
 def apply(func, info, target, t: TargetInfo, rule: str):
     """Dispatch-table entry: rebuild ``func`` around the tiled kernel and schedule it."""
     arch = str(target.attrs["arch"]) if "arch" in target.attrs else ""
-    plan = make_plan(info.conv, t, arch)
+    plan = make_tiling(info.conv, t, arch)
     return scheduled(func, info, plan), plan_blocking(plan, rule, t.lanes)
 
 
-def scheduled(func, info, plan: Plan, threads: bool = True):
+def scheduled(func, info, plan: ConvTiling, threads: bool = True):
     """``func`` rebuilt around :func:`conv_compute` and scheduled, epilogue inlined (a
     conv2d_transpose's dilation and flip inlined into the im2col and weight stages)."""
     compute = conv_compute(plan)

@@ -52,7 +52,7 @@ TRANSFORMS = ("codl_wino_v", "codl_wino_u", "codl_unpack")  # grid keys "v.*", "
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan(tiling.TiledGemm):
+class WinogradTiling(tiling.TiledGemm):
     """Tile of the batched GEMM and its padded sizes: M = OC, N = P tiles, K = IC."""
 
     c: Conv2DInfo
@@ -106,17 +106,17 @@ def wins(info: OpInfo, _t: TargetInfo) -> bool:
             and tiling.gpu_winograd_wins(info.conv, MIN_IC))
 
 
-def make_plan(c: Conv2DInfo, t: TargetInfo) -> Plan:
+def make_tiling(c: Conv2DInfo, t: TargetInfo) -> WinogradTiling:
     """The GEMM tile from the implicit GEMM's shape-class table (M = OC, N = tiles, K = IC)."""
     if not applies(c):
         raise Unsupported("Winograd F(2x2,3x3) needs a 3x3 stride-1 dilation-1 groups-1 conv")
     row, th, tw = tiling.gpu_winograd_gemm(c)
     if max(row.tile.threads, TRANSFORM_THREADS) > t.max_threads:
         raise Unsupported(f"tile needs {row.tile.threads} threads, target allows {t.max_threads}")
-    return Plan(c, row.tile, row.name, th, tw)
+    return WinogradTiling(c, row.tile, row.name, th, tw)
 
 
-def winograd_compute(plan: Plan):
+def winograd_compute(plan: WinogradTiling):
     """``build(x, w) -> out`` for :func:`rebuild.rebuild`; any target."""
     c, tile = plan.c, plan.tile
     tw, ntiles = plan.tw, plan.th * plan.tw
@@ -218,7 +218,7 @@ def _schedule_output(sch: Schedule, threads: bool) -> None:
     sch.unroll(j)
 
 
-def scheduled(func, info: OpInfo, plan: Plan, threads: bool = True):
+def scheduled(func, info: OpInfo, plan: WinogradTiling, threads: bool = True):
     """``func`` rebuilt around :func:`winograd_compute` and scheduled, epilogue inlined.
 
     ``threads=False`` keeps every loop serial, so the same schedule builds for llvm (how the
@@ -234,7 +234,7 @@ def scheduled(func, info: OpInfo, plan: Plan, threads: bool = True):
     return sch.mod["main"]
 
 
-def plan_blocking(plan: Plan, rule: str, warp: int) -> Blocking:
+def plan_blocking(plan: WinogradTiling, rule: str, warp: int) -> Blocking:
     """Blocking of the batched GEMM kernel; the transforms' grids under ``v.``/``u.``/``y.``."""
     tile, c = plan.tile, plan.c
     grid = tiling.gpu_winograd_grid(c, tile, plan.th, plan.tw)
@@ -252,5 +252,5 @@ def apply(func, info: OpInfo, _target, t: TargetInfo, rule: str):
     """Dispatch-table entry."""
     if not applies(info.conv):
         raise Unsupported("not a 3x3 stride-1 conv")
-    plan = make_plan(info.conv, t)
+    plan = make_tiling(info.conv, t)
     return scheduled(func, info, plan), plan_blocking(plan, rule, t.lanes)
