@@ -172,7 +172,7 @@ def test_report_function_survives_importing_its_module():
 
 def test_compact_json_is_json_with_short_exponents():
     """The 2 KB budget counts bytes: exponents lose their zero padding, values stay exact."""
-    from codl_tvm.predictor.base import compact_json
+    from codl_tvm.predictor.file_format import compact_json
 
     doc = {"t": [8.481e-05, 1.0, 0, 2.5e20, -3e-7], "s": "e-05 stays", "n": None}
     text = compact_json(doc)

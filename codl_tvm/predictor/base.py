@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +13,12 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from codl_tvm.predictor.file_format import (
+    compact_json,
+    compact_ranges,
+    expand_ranges,
+    round_floats,
+)
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
@@ -75,61 +80,6 @@ def sub_spec(row: dict[str, Any]) -> OpSpec:
         row["op"], row["sub_H"], row["sub_W"], row["sub_IC"], row["sub_OC"], row["KH"],
         row["KW"], row["SH"], row["SW"], pad, row["dilation"], groups,
     )  # fmt: skip
-
-
-def round_floats(v: Any, digits: int = 5) -> Any:
-    if isinstance(v, dict):
-        return {k: round_floats(x, digits) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [round_floats(x, digits) for x in v]
-    if isinstance(v, float):
-        r = float(f"{v:.{digits}g}")
-        return int(r) if r.is_integer() and abs(r) < 1e15 else r  # "0", not "0.0": 2 KB files
-    return v
-
-
-_EXPONENT_ZEROS = re.compile(r"e([+-])0+(\d)")
-
-
-def compact_json(v: Any) -> str:
-    """JSON without spaces and with short exponents (``8.5e-5``, not ``8.5e-05``): what a
-    predictor file is, and what its ``size_bytes`` counts."""
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{json.dumps(k)}:{compact_json(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(compact_json(x) for x in v) + "]"
-    if isinstance(v, float):
-        return _shortest(v)
-    return json.dumps(v)
-
-
-def _shortest(v: float) -> str:
-    """The shortest text that reads back as exactly ``v`` (``6.27e-4``, not ``0.000627``)."""
-    text = _EXPONENT_ZEROS.sub(r"e\1\2", json.dumps(v))
-    if not math.isfinite(v):
-        return text
-    for digits in range(17):
-        sci = _EXPONENT_ZEROS.sub(r"e\1\2", f"{v:.{digits}e}").replace("e+", "e")
-        if float(sci) == v:
-            return sci if len(sci) < len(text) else text
-    return text
-
-
-def _compact_ranges(ranges: dict[str, Any]) -> dict[str, Any]:
-    """Roles of equal trained ranges under one key, joined by commas (the profiler measures
-    every shape on both processors, so a pair's two ranges are one)."""
-    out: dict[str, Any] = {}
-    for role, r in ranges.items():
-        same = next((k for k, v in out.items() if v == r), None)
-        if same is None:
-            out[role] = r
-        else:
-            out[f"{same},{role}"] = out.pop(same)
-    return out
-
-
-def _expand_ranges(ranges: dict[str, Any]) -> dict[str, Any]:
-    return {role: r for key, r in ranges.items() for role in key.split(",")}
 
 
 class BasePredictor(BaseEstimator, RegressorMixin):
@@ -357,7 +307,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             "version": self._format_version(),
             "pair": self.pair_,
             "params": self.get_params(),
-            "range": _compact_ranges(self.range_),
+            "range": compact_ranges(self.range_),
             "sharing": self.sharing_.to_json(),
             **({"trained_on": self.trained_on_} if getattr(self, "trained_on_", None) else {}),
             **({"speed": self.speed_} if getattr(self, "speed_", None) else {}),
@@ -388,7 +338,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BasePredictor:
         obj = cls(**doc.get("params", {}))
-        obj.pair_, obj.range_ = doc["pair"], _expand_ranges(doc["range"])
+        obj.pair_, obj.range_ = doc["pair"], expand_ranges(doc["range"])
         obj.sharing_ = SharingModel(doc["sharing"])
         obj._warned = set()
         obj._loaded_version = doc["version"]
