@@ -161,7 +161,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         - ``machine``: facts detected on the target (``profiler.machine_facts``), such as the
           SMs a process may use; predictors whose terms count them take them first.
         - ``speed_[role]`` becomes the median of measured / predicted latency over the compute
-          samples of ``X`` on that processor. Two leases of the H100 machine ran the same CPU
+          samples of ``X`` on that processor. Two instances of the H100 machine ran the same CPU
           kernels up to 1.7x apart; the model's shape is kept, its time unit moves. The ratios
           are taken against the uncalibrated model, so calibrating again replaces the factors.
         - Sharing ops with samples in ``X`` are fitted anew: copies are a fact of the

@@ -19,7 +19,7 @@ libraries anyway (``rounds.py``).
 
 :func:`join_bundles` makes one bundle of several built for the same pair, so that their rows
 are measured interleaved in one run: new shapes beside control rows of a samples file, whose
-ratio to that file is then the speed of the lease at the very time the new shapes ran.
+ratio to that file is then the speed of the machine at the very time the new shapes ran.
 """
 
 from __future__ import annotations

@@ -135,8 +135,8 @@ def lease_ratios(rows: Sequence[dict[str, Any]], other: dict[tuple, dict[str, An
                  group: str | None = None) -> dict[str, list[float]]:
     """Per value of the column ``group`` (key ``"*"``: every row), the ratios of ``other``'s
     latency over ``rows``' for the rows both measured with the same kernel (``other`` keyed by
-    ``row_key``): how much slower another lease ran the same samples. A row whose kernel
-    changed between the two (its ``algorithm``) is another measurement, no lease ratio.
+    ``row_key``): how much slower another machine ran the same samples. A row whose kernel
+    changed between the two (its ``algorithm``) is another measurement, no speed ratio.
     Latencies may be CSV strings."""
     from codl_tvm.profiler.schema import row_key
 
