@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from codl_tvm.predictor.base import BasePredictor, sub_spec
-from codl_tvm.predictor.codl import rel_fit
+from codl_tvm.predictor.fitting import rel_fit
 from codl_tvm.predictor.opspec import OpSpec
 
 

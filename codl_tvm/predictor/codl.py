@@ -44,27 +44,12 @@ from codl_tvm.predictor.machine import (
     load_machine,
     machine_from_facts,
     machine_json,
+    variants_json,
 )
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
-from codl_tvm.tiling.variants import DEFAULT as DEFAULT_VARIANTS
 from codl_tvm.tiling.variants import KernelVariants
-
-
-def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
-    """Least squares on relative error over columns ``mask`` (others 0), columns rescaled.
-
-    Kept for the baselines (unconstrained, no re-weighting).
-    """
-    sub = a[:, mask] / y[:, None]
-    scale = np.abs(sub).max(axis=0)
-    scale[scale == 0] = 1.0
-    coef, *_ = np.linalg.lstsq(sub / scale, np.ones(len(y)), rcond=None)
-    out = [0.0] * a.shape[1]
-    for i, c in zip(mask, coef / scale, strict=False):
-        out[i] = float(c)
-    return out
 
 
 def _family(row: dict[str, Any]) -> str:
@@ -328,7 +313,7 @@ class CoDLPredictor(BasePredictor):
         return {
             "machine": machine_json(m, self._format_version()),
             # the kernel variants its samples were built with: only those not the defaults
-            **({"variants": _variants_json(m.variants)} if not m.variants.is_default else {}),
+            **({"variants": variants_json(m.variants)} if not m.variants.is_default else {}),
             **({} if same else {"family": self.family_}),
             "t": dict(by_role),
             # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
@@ -355,11 +340,6 @@ class CoDLPredictor(BasePredictor):
             raise ValueError(f"{len(floors)} launch floors for {len(floored)} GPU kernel models")
         self.floor_us_ = dict(zip(floored, map(float, floors), strict=False))
         self._index()
-
-def _variants_json(v: KernelVariants) -> dict[str, Any]:
-    """The variants that differ from the defaults (a file without ``variants``: defaults)."""
-    default = DEFAULT_VARIANTS.to_json()
-    return {k: x for k, x in v.to_json().items() if x != default[k]}
 
 
 # why a model is missing, by the key's last part (a filter variant), for the fallback warning

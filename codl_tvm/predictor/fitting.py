@@ -30,3 +30,18 @@ def robust_rel_fit(a: np.ndarray, y: np.ndarray, iters: int = IRLS_ITERS,
         coef, _ = nnls(rel * w[:, None], target * w)
         w = 1.0 / np.sqrt(np.maximum(np.abs(rel @ coef - target), IRLS_FLOOR))
     return coef / scale
+
+
+def rel_fit(a: np.ndarray, y: np.ndarray, mask: list[int]) -> list[float]:
+    """Least squares on relative error over columns ``mask`` (others 0), columns rescaled.
+
+    The baselines' fit (unconstrained, no re-weighting).
+    """
+    sub = a[:, mask] / y[:, None]
+    scale = np.abs(sub).max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, *_ = np.linalg.lstsq(sub / scale, np.ones(len(y)), rcond=None)
+    out = [0.0] * a.shape[1]
+    for i, c in zip(mask, coef / scale, strict=False):
+        out[i] = float(c)
+    return out

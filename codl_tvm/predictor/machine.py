@@ -115,3 +115,9 @@ def load_machine(doc: dict[str, int] | list[int]) -> Machine:
     if unknown:
         raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {known}")
     return Machine(**{f: int(v) for f, v in doc.items()})
+
+
+def variants_json(v: KernelVariants) -> dict[str, Any]:
+    """The variants that differ from the defaults (a file without ``variants``: defaults)."""
+    default = KernelVariants().to_json()
+    return {k: x for k, x in v.to_json().items() if x != default[k]}
