@@ -25,7 +25,7 @@ _LAZY = {
     "DevicePair": "device", "Executable": "executable", "compile": "executable",
     "ModelError": "frontend", "load_model": "frontend", "list_ops": "graph",
     "from_torch": "frontend_torch", "KernelVariants": "tiling",
-    "BindKernelTargets": "passes", "CoExecutionPartition": "passes",
+    "BindKernelTargets": "passes", "CoExecutionPartition": "passes", "FuseEpilogues": "passes",
     "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
     "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",
     "OpPlacement": "plan", "Plan": "plan", "PlanError": "plan",

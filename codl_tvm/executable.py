@@ -99,7 +99,7 @@ class Executable:
 
 def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
-    variants: KernelVariants | None = None,
+    variants: KernelVariants | None = None, fuse: bool = True,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -125,7 +125,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         plan.validate(mod)
     _warn_old_switches()
     with use_variants(variants) as used:
-        lowered = codl_pipeline(pair, plan, staging=staging)(mod)
+        lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse)(mod)
         lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
         staging = list(_module_attr(lowered, STAGING_ATTR, []))
         lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)

@@ -16,6 +16,7 @@ from .device import DevicePair
 from .passes import (
     BindKernelTargets,
     CoExecutionPartition,
+    FuseEpilogues,
     LiftDeviceConstants,
     StageCrossDeviceCopies,
     WriteSplitOutputsInPlace,
@@ -82,7 +83,7 @@ def _legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
 
 def texture_phases(
-    base: list[tuple[str, list[tvm.transform.Pass]]], force: bool
+    base: list[tuple[str, list[tvm.transform.Pass]]], force: bool, fuse: bool = True
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """``base`` with Adreno's texture path for the GPU's calls (see ``passes/adreno_texture``).
 
@@ -101,7 +102,8 @@ def texture_phases(
     out = []
     for name, passes in base:
         if name == "legalize":
-            passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d}), BindKernelTargets()]
+            passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d}),
+                      *([FuseEpilogues()] if fuse else []), BindKernelTargets()]
         elif name == "schedule":
             # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
             adreno = dl.ApplyDefaultSchedule(
@@ -116,9 +118,13 @@ def texture_phases(
 
 
 def phases(
-    pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False
+    pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
+    fuse: bool = True,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
+
+    ``fuse`` runs :class:`~codl_tvm.passes.FuseEpilogues` after ``LegalizeOps`` (elementwise
+    ops inside the kernel before them); False leaves one kernel per op.
 
     ``staging`` routes CPU<->GPU copies through staging parameters of ``main``
     (:class:`~codl_tvm.passes.StageCrossDeviceCopies`): :func:`codl_tvm.compile` sets it, as
@@ -131,7 +137,8 @@ def phases(
     base = [
         ("prepare", prepare_passes()),
         ("partition", [CoExecutionPartition(plan, pair), rt.RealizeVDevice()]),
-        ("legalize", [rt.LegalizeOps(), BindKernelTargets()]),
+        ("legalize", [rt.LegalizeOps(), *([FuseEpilogues()] if fuse else []),
+                      BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", [schedule_pass()]),
         ("lower", lower_passes(staging)),
@@ -139,17 +146,17 @@ def phases(
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
         return base
-    return texture_phases(base, force=not on_target)
+    return texture_phases(base, force=not on_target, fuse=fuse)
 
 
 def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
-    texture: bool | None = None, staging: bool = False,
+    texture: bool | None = None, staging: bool = False, fuse: bool = True,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs. ``texture``, ``staging``: see :func:`phases`.
+    when the pipeline runs. ``texture``, ``staging``, ``fuse``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -158,7 +165,7 @@ def codl_pipeline(
             tvm.transform.Sequential(prepare_passes())(mod), "gpu"
         )
         seq: list[tvm.transform.Pass] = []
-        for name, passes in phases(pair, the_plan, texture=texture, staging=staging):
+        for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse):
             seq.extend(passes)
             if name == until:
                 break

@@ -44,14 +44,14 @@ def _plan(mod):
 
 
 def _calls(mod: tvm.IRModule) -> list[str]:
-    """Names of the PrimFuncs / builtins main calls, in VM order."""
+    """Names of the PrimFuncs / builtins main calls, in VM order (``fused_`` dropped)."""
     names: list[str] = []
 
     def visit(node):
         if isinstance(node, relax.Call):
             op = node.op
-            if isinstance(op, tvm.ir.GlobalVar):
-                names.append(op.name_hint)
+            if isinstance(op, tvm.ir.GlobalVar):  # fused kernels: named from their ops
+                names.append(op.name_hint.removeprefix("fused_"))
             elif isinstance(op, relax.ExternFunc):
                 names.append(op.global_symbol)
 

@@ -96,8 +96,10 @@ def test_every_strategy_runs_and_matches_the_unsplit_model(tiny, pair, measured,
 
 def test_codl_chains_and_residuals_compile_on_resnet(resnet, pair):
     # sharing dear enough that saving it pays (channel splits pay no concat, so at 0.2 us a
-    # sync every op is split on its own)
-    res = make_plan(resnet, "codl", AnalyticCosts(sync_us=1.0, copy_gbps=100.0))
+    # sync every op is split on its own), launches cheap enough that a split op's epilogue
+    # kernel (fused away when it runs whole) does not cost more than the split saves
+    res = make_plan(resnet, "codl", AnalyticCosts(sync_us=1.0, copy_gbps=100.0,
+                                                  gpu_launch_us=1.0, cpu_launch_us=1.0))
     assert res.plan.chains, "compute-heavy costs with dearer sharing should give chains"
     runs = consecutive_runs(resnet, "H", list(res.plan.ops))
     for chain in res.plan.chains:

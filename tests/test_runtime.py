@@ -91,12 +91,23 @@ def test_input_on_the_cpu_for_a_cpu_only_plan():
                                    {"x": x})[0], rtol=1e-6)
 
 
-def test_set_input_would_move_cpu_weights_to_devices0_so_the_runner_calls_main_directly(exe):
+def test_set_input_would_move_cpu_weights_to_devices0_so_the_runner_calls_main_directly():
     """TVM_NOTES / apache/tvm#17884: ``set_input`` moves every argument to ``devices[0]``.
     On the cpu-pair the kernels check device ids, so the stateful API fails where the direct
-    call (what :class:`codl_tvm.runtime.Runner` does) gives the right answer."""
+    call (what :class:`codl_tvm.runtime.Runner` does) gives the right answer. Built unfused:
+    its CPU bias add reads a tensor the VM allocates on the CPU beside a moved weight (a fused
+    kernel reads moved tensors only, and the cpu-pair's two devices share memory)."""
     import tvm
 
+    rng = np.random.default_rng(0)
+
+    def body(bb, x):
+        x = conv(bb, x, rng, 6, 3, padding=(1, 1, 1, 1), bias=True)
+        return bb.emit(rop.nn.max_pool2d(x, (2, 2), (2, 2)))
+
+    mod = codl_tvm.load_model(single_function((1, 3, 12, 12), body))
+    exe = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"),
+                           Plan.uniform(mod, "OC", 0.5), fuse=False)
     runner = exe.runner
     inputs = exe.random_inputs(seed=5)
     args = runner._args(inputs)

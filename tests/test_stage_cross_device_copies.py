@@ -7,13 +7,14 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import tvm
 from helpers import const, single_function
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
 import codl_tvm
-from codl_tvm.passes.stage_cross_device_copies import COPY, TO_DEVICE
+from codl_tvm.passes.stage_cross_device_copies import COPY, TO_DEVICE, VIEW
 
 PAIR = codl_tvm.DevicePair.preset("cpu-pair")
 
@@ -45,12 +46,44 @@ def test_every_crossing_copy_is_staged():
     mod = conv_model(8, 16, 12, 3, 1, 1)
     exe = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, "H", 0.5))
     calls = extern_calls(exe)
-    assert TO_DEVICE not in calls and calls.count(COPY) == 2
+    # one copy each way; the one to the CPU is waited for, and so is the previous run
+    assert calls.count(COPY) == 2 and calls.count(TO_DEVICE) == 2
     assert [s["role"] for s in exe.manifest["staging"]] == ["cpu", "cpu"]
     # the CPU's input rows (half the output rows plus a one-row halo) and its output rows
     assert [s["shape"] for s in exe.manifest["staging"]] == [[1, 8, 7, 13], [1, 16, 6, 13]]
     plain = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, "H", 0.5), staging=False)
     assert extern_calls(plain).count(TO_DEVICE) == 2 and not plain.manifest["staging"]
+
+
+def test_each_copy_to_the_cpu_is_waited_for_before_a_cpu_kernel_reads_it():
+    # regression: TVM's TVMTensorCopyFromTo is a cudaMemcpyAsync, still in flight into a
+    # pinned buffer when it returns; unsynchronised, CPU kernels read stale rows (split
+    # ResNet-18 outputs differed from run to run on an H200)
+    mod = conv_model(8, 16, 12, 3, 1, 1)
+    exe = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, "OC", 0.5))
+    staging = {s["name"] for s in exe.manifest["staging"]}
+    bindings = [b for block in exe.mod["main"].body.blocks for b in block.bindings]
+    views = {b.var: b.value.args[0] for b in bindings if isinstance(b.value, relax.Call)
+             and isinstance(b.value.op, relax.ExternFunc)
+             and b.value.op.global_symbol == VIEW}
+    synced: set = set()
+    first_sync = None
+    for i, b in enumerate(bindings):
+        v = b.value
+        if not isinstance(v, relax.Call):
+            continue
+        if isinstance(v.op, relax.ExternFunc) and v.op.global_symbol == TO_DEVICE:
+            assert v.args[0] in views  # a one-element view: a sync, not a data copy
+            synced.add(views[v.args[0]])
+            first_sync = i if first_sync is None else first_sync
+        if isinstance(v.op, relax.ExternFunc) and v.op.global_symbol == COPY and (
+                v.args[1].name in staging):
+            nxt = bindings[i + 2].value  # the view, then the sync of the copy's source
+            assert nxt.args[0].same_as(bindings[i + 1].var)
+            assert views[bindings[i + 1].var].same_as(v.args[0])
+    kernels = [i for i, b in enumerate(bindings) if isinstance(b.value, relax.Call)
+               and isinstance(b.value.op, tvm.ir.GlobalVar)]
+    assert first_sync is not None and first_sync < min(kernels)  # before any kernel of a run
 
 
 def test_unsplit_models_have_no_staging():

@@ -3,12 +3,14 @@
 from .adreno_texture import UseAdrenoTexture
 from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
+from .fuse_epilogues import FuseEpilogues
 from .lift_device_constants import LiftDeviceConstants
 from .stage_cross_device_copies import StageCrossDeviceCopies
 from .texture_scope import AnnotateTextureScope
 from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
-    "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "LiftDeviceConstants",
+    "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "FuseEpilogues",
+    "LiftDeviceConstants",
     "StageCrossDeviceCopies", "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]

@@ -12,7 +12,14 @@ rewrites each copy between the two devices of ``main``:
   parameter, which is copied into a GPU tensor of the VM's pooled allocator (reused across
   runs, no ``cudaMalloc`` after the first).
 
-Copies use TVM's own ``runtime.TVMTensorCopyFromTo``. The runner (:mod:`codl_tvm.runtime`)
+Copies use TVM's own ``runtime.TVMTensorCopyFromTo``, which issues ``cudaMemcpyAsync`` and does
+not wait: into pinned memory a GPU -> CPU copy is still in flight when it returns, and the CPU
+kernel after it would read what the buffer held before. Each such copy is therefore followed by
+a *sync*: ``vm.builtin.to_device`` of a one-element view of the copy's source to the CPU, which
+copies 4 bytes and synchronizes the GPU's stream (TVM 0.27's VM has no bare sync builtin). A
+CPU -> GPU copy needs none: the GPU kernels that read it are queued behind it on the same stream.
+``main`` also starts with one sync, so that no CPU kernel of a run writes a staging buffer that
+the previous run's last upload may still be reading. The runner (:mod:`codl_tvm.runtime`)
 allocates the staging tensors once per loaded model: in pinned host memory where the GPU is
 CUDA, so each copy runs at the DMA floor; plain host memory elsewhere (an OpenCL runtime with
 mapped buffers would allocate them there). The staging parameters' names are kept in the
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
+from tvm.ir import GenericConst
 from tvm.relax.op import vm as vm_op
 
 from ..device import ROLES, vdevice_index
@@ -31,6 +39,7 @@ from ..device import ROLES, vdevice_index
 STAGING_ATTR = "codl.staging_params"
 TO_DEVICE = "vm.builtin.to_device"
 COPY = "runtime.TVMTensorCopyFromTo"
+VIEW = "runtime.TVMTensorCreateView"
 # the VM-level ops and calls both post-lowering passes match (WriteSplitOutputsInPlace too)
 ALLOC_TENSOR = tvm.ir.Op.get("relax.vm.alloc_tensor")
 KILL = tvm.ir.Op.get("relax.vm.kill_object")
@@ -65,6 +74,23 @@ def _returned(body: relax.Expr) -> set[relax.Var]:
 def _copy(src: relax.Expr, dst: relax.Expr) -> relax.VarBinding:
     call = relax.Call(relax.ExternFunc(COPY), [src, dst], ty_args=[relax.TupleType([])])
     return relax.VarBinding(relax.Var("_", relax.TupleType([])), call)
+
+
+def _sync(gpu_tensor: relax.Expr, to_cpu: relax.Call) -> list[relax.VarBinding]:
+    """Wait for the GPU's stream: ``to_cpu`` (a ``vm.builtin.to_device`` to the CPU) applied
+    to a one-element view of ``gpu_tensor``; TVM's ``to_device`` synchronizes after copying."""
+    dtype = str(gpu_tensor.ty.dtype)
+    one = relax.ShapeExpr([1])
+    view = relax.Var("codl_sync_view", relax.TensorType(one, dtype))
+    args = [gpu_tensor, one, GenericConst(tvm.DataType(dtype), relax.AnyType()),
+            relax.prim_value(0)]
+    out = relax.Var("codl_sync", relax.TensorType(one, dtype))
+    return [
+        relax.VarBinding(view, relax.Call(relax.ExternFunc(VIEW), args,
+                                          ty_args=[relax.TensorType(one, dtype)])),
+        relax.VarBinding(out, relax.Call(to_cpu.op, [view, *to_cpu.args[1:]], to_cpu.attrs,
+                                         [relax.TensorType(one, dtype)])),
+    ]
 
 
 class _Stager:
@@ -107,8 +133,8 @@ class _Stager:
         return (var not in self.keep and is_op(alloc, ALLOC_TENSOR)
                 and int(alloc.args[4].value) == self.cpu and var not in self.alias)
 
-    def rewrite(self) -> list[relax.Binding]:
-        out: list[relax.Binding] = []
+    def rewrite(self, params: list[relax.Var]) -> list[relax.Binding]:
+        out = self._start_sync(params)
         for b in self.bindings:
             value = self._renamed(b.value)
             if b.var in self.drop or (is_op(value, KILL) and (
@@ -116,6 +142,7 @@ class _Stager:
                 continue
             if b.var in self.alias and _is_to_device(value):  # GPU -> CPU
                 out += [_copy(value.args[0], self.alias[b.var]),
+                        *_sync(value.args[0], value),
                         relax.VarBinding(b.var, self.alias[b.var])]
             elif b.var in self.alias:  # a CPU kernel's output: the staging buffer
                 out.append(relax.VarBinding(b.var, self.alias[b.var]))
@@ -124,6 +151,14 @@ class _Stager:
             else:
                 out.append(b if value.same_as(b.value) else relax.VarBinding(b.var, value))
         return out
+
+    def _start_sync(self, params: list[relax.Var]) -> list[relax.Binding]:
+        """A sync on a GPU parameter of ``main``, where it has one and copies to the CPU."""
+        to_cpu = next((self.defs[v] for v in self.alias if v in self.defs
+                       and _is_to_device(self.defs[v])), None)
+        gpu = next((p for p in params if isinstance(p.ty, relax.TensorType)
+                    and vdevice_index(self.vdevices, p.ty.vdevice) not in (None, self.cpu)), None)
+        return [] if to_cpu is None or gpu is None else _sync(gpu, to_cpu)
 
     def _renamed(self, value: relax.Expr) -> relax.Expr:
         if not self.rename or not isinstance(value, relax.Call):
@@ -162,7 +197,8 @@ class StageCrossDeviceCopies:
         stager.plan()
         if not stager.params:
             return mod
-        body = relax.SeqExpr([relax.BindingBlock(stager.rewrite())], func.body.body)
+        body = relax.SeqExpr([relax.BindingBlock(stager.rewrite(list(func.params)))],
+                             func.body.body)
         new_func = relax.Function(list(func.params) + stager.params, body, func.ret_ty,
                                   func.is_pure, func.attrs)
         mod = mod.clone()

@@ -16,10 +16,11 @@ import tvm
 from tvm import relax
 
 from ..graph import AnchorOp, entry_function, find_anchors, fingerprint
+from ..passes.fuse_epilogues import fusable_kernels
 from ..passes.split_rules import RULES
 from ..passes.unit_geometry import split_extent
 from ..predictor.opspec import OpSpec, conv_kind
-from .glue import GlueOp, priced_shape
+from .glue import GlueOp, is_elementwise, priced_shape, takes_epilogue
 from .nodes import BYTES_PER_ELEM, OpNode
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
@@ -153,7 +154,8 @@ def build_graph(mod: tvm.IRModule) -> ModelGraph:
             chain_next=_chain_next(a, anchors[i + 1] if i + 1 < len(anchors) else None),
             input_key=input_ids.setdefault(a.data, len(input_ids)), repeat=repeat,
         ))  # fmt: skip
-    return ModelGraph(nodes, digraph(nodes), fingerprint(anchors), _glue(func, anchors))
+    glue = _glue(func, anchors, fusable_kernels(mod))
+    return ModelGraph(nodes, digraph(nodes), fingerprint(anchors), glue)
 
 
 def _shape(expr: relax.Expr) -> list[int] | None:
@@ -167,12 +169,22 @@ def _shape(expr: relax.Expr) -> list[int] | None:
         return None
 
 
-def _glue(func: relax.Function, anchors: list[AnchorOp]) -> list[GlueOp]:
+def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> list[GlueOp]:
     """The ops outside the anchors that run a kernel, each with the anchor its first input
-    comes from (where the partition pass runs it)."""
+    comes from (where the partition pass runs it) and the kernel it fuses into.
+
+    ``fusable``: the names of the importer's kernels (``call_tir``) that are elementwise.
+    :class:`codl_tvm.passes.FuseEpilogues` joins an elementwise op with the producer of each
+    input that nobody else reads, where that producer is elementwise or takes an epilogue (a
+    conv or matmul anchor, :func:`~.glue.takes_epilogue`; one such per kernel). Each group is
+    one kernel.
+    """
     owner = {b.var: a.op_id for a in anchors for b in a.bindings}
+    heads = {a.out_var: a.op_id for a in anchors if a.kind in ("conv2d", "matmul")}
+    uses = _count_uses(func)
+    groups = _Groups()
+    found: list[tuple[relax.Var, str, tuple[int, ...], str | None]] = []
     source: dict[relax.Var, str | None] = {}
-    out: list[GlueOp] = []
     for block in func.body.blocks:
         for b in block.bindings:
             args = _var_args(b.value)
@@ -187,9 +199,83 @@ def _glue(func: relax.Function, anchors: list[AnchorOp]) -> list[GlueOp]:
                 continue
             data = next((a for a in value.args if _shape(a) is not None), None)
             shape = priced_shape(value.op.name, out_shape, None if data is None else _shape(data))
-            if shape is not None:
-                out.append(GlueOp(value.op.name, tuple(shape), src))
+            if shape is None:
+                continue
+            found.append((b.var, value.op.name, tuple(shape), src))
+            if takes_epilogue(value.op.name):
+                heads[b.var] = ""  # its kernel is its own, priced as such; what joins it is free
+            if not _elementwise(value, fusable):
+                continue
+            groups.add(b.var)
+            for a in args:
+                if uses.get(a, 0) == 1 and (a in heads or a in groups):
+                    groups.join(b.var, a, heads.get(a))
+    out = []
+    seen: set[object] = set()
+    for var, op, shape, src in found:
+        into = None
+        if var in groups:
+            root, head = groups.head(var)
+            # the first op of a group without a head carries the group's kernel
+            into = "" if root in seen or head == "" else head
+            seen.add(root)
+        out.append(GlueOp(op, shape, src, into))
     return out
+
+
+class _Groups:
+    """Union-find of elementwise glue ops; a group has at most one head (the anchor or
+    epilogue-taking op its kernel is)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[object, object] = {}
+        self.heads: dict[object, str] = {}  # root -> head id ("" for a glue op's own kernel)
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.parent
+
+    def add(self, x: object) -> None:
+        self.parent.setdefault(x, x)
+
+    def find(self, x: object) -> object:
+        while self.parent[x] is not x:
+            x = self.parent[x]
+        return x
+
+    def join(self, x: object, producer: object, head: str | None) -> None:
+        """Fuse ``x`` with ``producer``: an elementwise op, or a head when ``head`` is set."""
+        rx = self.find(x)
+        if head is not None:
+            if rx not in self.heads:
+                self.heads[rx] = head
+            return
+        rp = self.find(producer)
+        if rp is rx or (rx in self.heads and rp in self.heads):
+            return
+        self.parent[rx] = rp
+        if rx in self.heads:
+            self.heads[rp] = self.heads.pop(rx)
+
+    def head(self, x: object) -> tuple[object, str | None]:
+        root = self.find(x)
+        return root, self.heads.get(root)
+
+
+def _elementwise(call: relax.Call, fusable: set[str]) -> bool:
+    if call.op.name == "relax.call_tir":
+        return isinstance(call.args[0], tvm.ir.GlobalVar) and call.args[0].name_hint in fusable
+    return is_elementwise(call.op.name)
+
+
+def _count_uses(func: relax.Function) -> dict[relax.Var, int]:
+    uses: dict[relax.Var, int] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, relax.Var):
+            uses[node] = uses.get(node, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return uses
 
 
 def digraph(nodes: list[OpNode]) -> nx.DiGraph:

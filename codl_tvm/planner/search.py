@@ -258,7 +258,8 @@ def layout_of(choices: dict[str, Choice], chains=()) -> Layout:
 # ---- whole-plan estimate --------------------------------------------------------------------
 def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     """Estimated latency (us) of ``lay``: units in order plus copies where devices change,
-    plus the ops outside the plan (``ev.glue``) on the device of the op they follow.
+    plus the ops outside the plan (``ev.glue``) on the device of the op they follow, where
+    they run a kernel of their own (:meth:`GlueOp.fused`).
 
     Values are copied once per device (as the partition pass does); the model's inputs and
     outputs live on ``lay.io``.
@@ -268,6 +269,7 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     has_succ = {p for n in nodes for p in n.preds}
     loc: dict[str, str] = {}
     copied: set[tuple[str, str]] = set()
+    split_ops: set[str] = set()
     total = 0.0
     for node in nodes:
         chain = chain_of.get(node.op_id)
@@ -287,6 +289,7 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
             total += ev.share(f"to_{need}", need, node.in_bytes)
         if unit is not None:
             total += unit.total_us
+            split_ops.update(m.op_id for m in members)
         else:
             total += sum(ev.whole(m, place) for m in members)
         for m in members:
@@ -294,7 +297,8 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     for node in nodes:
         if node.op_id not in has_succ and loc.get(node.op_id, lay.io) != lay.io:
             total += ev.share(f"to_{lay.io}", lay.io, node.out_bytes)
-    return total + sum(ev.glue_us(g, loc.get(g.source, lay.io)) for g in ev.glue)
+    return total + sum(ev.glue_us(g, loc.get(g.source, lay.io)) for g in ev.glue
+                       if not g.fused(split_ops))
 
 
 def ideal_us(ev: Evaluator, nodes: list[OpNode]) -> float:

@@ -1,0 +1,196 @@
+"""Epilogue fusion (FuseEpilogues) on and off: kernels per inference and latency, one run.
+
+Each model is built twice per plan, ``fuse=True`` (the default) and ``fuse=False``, and the
+two artifacts are timed interleaved in one process, so the ratio is what fusion changes.
+Plans: GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at 8
+SMs). Artifacts carry no weights: random ones are made where they run, seeded by each real
+weight's value, so both builds get the same ones and the fused output must equal the
+unfused one.
+
+Here, on the cpu-pair (both roles on this CPU)::
+
+    python benchmarks/fusion.py all --pair cpu-pair -o benchmarks/results/fusion-cpu-pair.json
+
+On the GPU machine: ``build --pair x86-cuda-h100 --out .devcarry/fusion`` here, then
+``run .devcarry/fusion -o fusion.json`` there (runtime-only TVM), ``report fusion.json`` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MODELS = ("resnet-18", "mobilenet-v2", "fast-style-transfer")
+PLANS = {"gpu-only": None, "OC@0.75": ("OC", 0.75)}
+H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
+H100_GPU = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _pair(name: str):
+    import codl_tvm
+
+    if name == "x86-cuda-h100":
+        return codl_tvm.DevicePair("x86-cuda", H100_CPU, H100_GPU)
+    return codl_tvm.DevicePair.parse(name)
+
+
+def kernel_calls(lowered) -> int:
+    """Kernel calls in one run of ``main`` (the lowered module's calls of PrimFuncs)."""
+    import tvm
+    from tvm import relax
+
+    calls = 0
+
+    def visit(node: object) -> None:
+        nonlocal calls
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
+            calls += 1
+
+    relax.analysis.post_order_visit(lowered["main"].body, visit)
+    return calls
+
+
+def weight_seeds(exe) -> dict[str, int]:
+    """A seed per weight parameter from its value: builds that hold the same weights under
+    other names (or orders) get the same random weights where they run."""
+    import zlib
+
+    return {name: zlib.crc32(value.tobytes()) for name, value in exe.params.items()}
+
+
+def _runner(folder: Path, seeds: dict[str, int]):
+    """The artifact with random weights made from ``seeds`` (see :func:`weight_seeds`)."""
+    import numpy as np
+    import tvm
+
+    from codl_tvm import runtime
+
+    manifest = json.loads((folder / runtime.MANIFEST).read_text())
+    weights = {p["name"]: (0.05 * np.random.default_rng(seeds[p["name"]]).standard_normal(
+        p["shape"])).astype(p["dtype"]) for p in manifest["params"]}
+    if any(kind == "cuda" for kind, _ in manifest["devices"]):
+        runtime.enable_cuda()
+    return runtime.Runner(tvm.runtime.load_module(str(folder / runtime.LIBRARY)), manifest,
+                          weights)
+
+
+def build(args: argparse.Namespace) -> int:
+    import codl_tvm
+    from codl_tvm import zoo
+    from codl_tvm.outputs import write_json
+    from codl_tvm.plan import Plan
+
+    pair, out = _pair(args.pair), Path(args.out)
+    index = []
+    for model in args.models.split(","):
+        mod = codl_tvm.load_model(zoo.get(model))
+        for plan_name, spec in PLANS.items():
+            plan = None if spec is None else Plan.uniform(mod, *spec)
+            for fuse in (False, True):
+                name = f"{model}.{plan_name}.{'fused' if fuse else 'unfused'}"
+                t0 = time.time()
+                exe = codl_tvm.compile(mod, pair, plan, fuse=fuse)
+                exe.export(out / name, weights=False, overwrite=True)
+                index.append({"model": model, "plan": plan_name, "fuse": fuse, "dir": name,
+                              "kernels": kernel_calls(exe.mod), "seeds": weight_seeds(exe)})
+                print(f"{name}: {index[-1]['kernels']} kernels, {time.time() - t0:.0f} s",
+                      flush=True)
+    write_json(out / "index.json", {"pair": args.pair, "rows": index})
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from codl_tvm.outputs import write_json
+    from codl_tvm.planner.timing import interleaved
+
+    folder = Path(args.artifacts)
+    doc = json.loads((folder / "index.json").read_text())
+    rows = doc["rows"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        runners = [_runner(folder / r["dir"], r["seeds"]) for r in mine]
+        inputs = [rn.random_inputs(0) for rn in runners]
+        outs = [rn.run(x) for rn, x in zip(runners, inputs)]
+        times = interleaved(runners, inputs, rounds=args.rounds)
+        again = [rn.run(x) for rn, x in zip(runners, inputs)]
+
+        for r, out, t, second in zip(mine, outs, times, again):
+            unfused = next(i for i, m in enumerate(mine) if m["plan"] == r["plan"]
+                           and m["fuse"] is False)
+            r["latency_ms"] = float(np.median(t) * 1e3)
+            r["rel_err_vs_unfused"] = rel_err(out, outs[unfused])
+            r["rel_err_vs_itself"] = rel_err(second, out)  # after the timed rounds
+        print(table(mine), flush=True)
+    rows = [{k: v for k, v in r.items() if k != "seeds"} for r in rows]
+    write_json(args.output, {"pair": doc["pair"], "rows": rows},
+               dumps=lambda d: json.dumps(d, indent=1) + "\n")
+    return 0
+
+
+def rel_err(got: list, want: list) -> float:
+    import numpy as np
+
+    return max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+               for a, b in zip(got, want))
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: per model and plan, kernels and latency unfused -> fused."""
+    out = ["| model | plan | kernels unfused | kernels fused | ms unfused | ms fused | fused / "
+           "unfused | rel. error fused vs unfused | run to run |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if not r["fuse"]:
+            continue
+        u = next(x for x in rows if x["model"] == r["model"] and x["plan"] == r["plan"]
+                 and not x["fuse"])
+        if "latency_ms" not in r:
+            continue
+        out.append(f"| {r['model']} | {r['plan']} | {u['kernels']} | {r['kernels']} | "
+                   f"{u['latency_ms']:.2f} | {r['latency_ms']:.2f} | "
+                   f"{r['latency_ms'] / u['latency_ms']:.2f} | {r['rel_err_vs_unfused']:.1e} | "
+                   f"{max(r['rel_err_vs_itself'], u['rel_err_vs_itself']):.1e} |")
+    return "\n".join(out)
+
+
+def report(args: argparse.Namespace) -> int:
+    print(table(json.loads(Path(args.runs).read_text())["rows"]))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("build", "all"):
+        b = sub.add_parser(name)
+        b.add_argument("--pair", default="cpu-pair",
+                       help="a preset, a pair JSON, or x86-cuda-h100 (sm_90 + Sapphire Rapids)")
+        b.add_argument("--models", default=",".join(MODELS))
+        b.add_argument("--out", default="/tmp/codl-fusion")
+        if name == "all":
+            b.add_argument("--rounds", type=int, default=7)
+            b.add_argument("-o", "--output", default="benchmarks/results/fusion-cpu-pair.json")
+    r = sub.add_parser("run")
+    r.add_argument("artifacts")
+    r.add_argument("--rounds", type=int, default=15)
+    r.add_argument("-o", "--output", required=True)
+    rp = sub.add_parser("report")
+    rp.add_argument("runs")
+    args = p.parse_args()
+    if args.cmd == "all":
+        build(args)
+        args.artifacts = args.out
+        return run(args)
+    return {"build": build, "run": run, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
