@@ -41,12 +41,12 @@ oracle)  # $2: edge (default) or full
   $WRAP timeout 520 $RUNNER /tmp/work/oracle-bundle -o $RES/oracle-$ON.csv --deadline-s 420 \
     --rounds 1 --warm-jobs 14 --max-call-s 2 2>&1 | tail -4 || echo "oracle-$ON failed"
   tar czf "$OUT/oracle.tgz" -C $RES . ;;
-fusion)  # python benchmarks/fusion.py build --pair x86-cuda-h100 --out .devcarry/fusion, tgz'd
-  tar xzf .devcarry/fusion.tgz -C /tmp/work
-  timeout 200 python3 benchmarks/fusion.py run /tmp/work/fusion -o "$OUT/fusion-full.json" \
-    --rounds 15 2>&1 | tail -12 || echo "fusion-full failed"
-  edge timeout 250 python3 benchmarks/fusion.py run /tmp/work/fusion -o "$OUT/fusion-edge.json" \
-    --rounds 15 2>&1 | tail -12 || echo "fusion-edge failed" ;;
+options)  # python benchmarks/build_options.py build --pair x86-cuda-h100 --out .devcarry/build-options
+  tar xzf .devcarry/build-options.tgz -C /tmp/work
+  timeout 200 python3 benchmarks/build_options.py run /tmp/work/build-options \
+    -o "$OUT/build-options-full.json" --rounds 15 2>&1 | tail -12 || echo "options-full failed"
+  edge timeout 250 python3 benchmarks/build_options.py run /tmp/work/build-options \
+    -o "$OUT/build-options-edge.json" --rounds 15 2>&1 | tail -12 || echo "options-edge failed" ;;
 bench)
   tar xzf .devcarry/bench.tgz -C /tmp/work
   BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14"
@@ -55,5 +55,5 @@ bench)
   edge timeout 290 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 260 \
     > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
   tail -40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
-*) echo "stage: calib | oracle | fusion | bench" >&2; exit 1 ;;
+*) echo "stage: calib | oracle | options | bench" >&2; exit 1 ;;
 esac

@@ -18,7 +18,7 @@ from .graph import entry_function
 from .outputs import atomic_folder, write_json
 from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
-from .pipeline import codl_pipeline
+from .pipeline import codl_pipeline, graph_applies
 from .plan import Plan
 from .tiling.variants import OLD_ENV_SWITCHES, KernelVariants, use_variants
 
@@ -99,7 +99,7 @@ class Executable:
 
 def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
-    variants: KernelVariants | None = None, fuse: bool = True,
+    variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -125,13 +125,17 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         plan.validate(mod)
     _warn_old_switches()
     with use_variants(variants) as used:
-        lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse)(mod)
+        lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
+                                cuda_graph=cuda_graph)(mod)
         lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
         staging = list(_module_attr(lowered, STAGING_ATTR, []))
         lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
         vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
     params = {name: value.numpy() for name, value in lifted.items()}
     manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
+    manifest["fused"] = bool(fuse)
+    manifest["cuda_graph"] = bool(cuda_graph) and graph_applies(
+        pair, plan if plan is not None else Plan())
     return Executable(vm_exec, manifest, params, lowered)
 
 

@@ -50,19 +50,25 @@ def default_gpu_schedule() -> tvm.transform.Pass:
     )
 
 
-def lower_passes(staging: bool = False) -> list[tvm.transform.Pass]:
+def lower_passes(staging: bool = False, cuda_graph: bool = False) -> list[tvm.transform.Pass]:
     """TVM's default VM lowering minus StaticPlanBlockMemory; ``staging`` adds
     :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once).
 
     TVM 0.27's static planner reuses one device's storage for another device's tensor in
     split-then-concat modules (apache/tvm#20207): a CPU kernel then writes into GPU memory.
     Without it every tensor is allocated on its own vdevice (from the VM's pooled allocator).
+
+    ``cuda_graph`` (for a module whose every tensor is on one CUDA GPU: a GPU-only plan) plans
+    memory statically and runs TVM's ``RewriteCUDAGraph``: the kernels between allocations are
+    captured into a CUDA graph on the first run and replayed after, one launch for many.
     """
+    graph = [rt.StaticPlanBlockMemory(), _rewrite_cuda_graph()] if cuda_graph else []
     return [
         rt.RewriteDataflowReshape(),
         rt.ToNonDataflow(),
         rt.RemovePurityChecking(),
         rt.CallTIRRewrite(),
+        *graph,
         rt.LowerAllocTensor(),
         rt.KillAfterLastUse(),
         rt.LowerRuntimeBuiltin(),
@@ -71,6 +77,18 @@ def lower_passes(staging: bool = False) -> list[tvm.transform.Pass]:
         rt.VMShapeLower(),
         rt.AttachGlobalSymbol(),
     ]
+
+
+def _rewrite_cuda_graph() -> tvm.transform.Pass:
+    """``RewriteCUDAGraph`` switched on (TVM reads ``relax.backend.use_cuda_graph`` from the
+    pass context it runs in)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="codl.RewriteCUDAGraph")
+    def _rewrite(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+            return rt.RewriteCUDAGraph()(mod)
+
+    return _rewrite
 
 
 def _legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -119,12 +137,16 @@ def texture_phases(
 
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
-    fuse: bool = True,
+    fuse: bool = True, cuda_graph: bool = False,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
     ``fuse`` runs :class:`~codl_tvm.passes.FuseEpilogues` after ``LegalizeOps`` (elementwise
     ops inside the kernel before them); False leaves one kernel per op.
+
+    ``cuda_graph`` captures the kernels into CUDA graphs (see :func:`lower_passes`) where the
+    plan keeps everything on a CUDA GPU; other plans are built without (a split's CPU kernels
+    and copies cannot be captured, and static memory planning is unsafe across devices).
 
     ``staging`` routes CPU<->GPU copies through staging parameters of ``main``
     (:class:`~codl_tvm.passes.StageCrossDeviceCopies`): :func:`codl_tvm.compile` sets it, as
@@ -141,7 +163,7 @@ def phases(
                       BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", [schedule_pass()]),
-        ("lower", lower_passes(staging)),
+        ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan))),
     ]
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
@@ -149,14 +171,21 @@ def phases(
     return texture_phases(base, force=not on_target, fuse=fuse)
 
 
+def graph_applies(pair: DevicePair, plan: Plan) -> bool:
+    """Whether CUDA graphs can run ``plan``: all of it on the pair's GPU, a CUDA one."""
+    return plan.single_device() == "gpu" and pair.gpu_target.kind.name == "cuda"
+
+
 def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
+    cuda_graph: bool = False,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs. ``texture``, ``staging``, ``fuse``: see :func:`phases`.
+    when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``: see
+    :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -165,7 +194,8 @@ def codl_pipeline(
             tvm.transform.Sequential(prepare_passes())(mod), "gpu"
         )
         seq: list[tvm.transform.Pass] = []
-        for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse):
+        for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
+                                   cuda_graph=cuda_graph):
             seq.extend(passes)
             if name == until:
                 break

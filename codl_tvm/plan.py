@@ -127,6 +127,16 @@ class Plan:
                     plan.chains.append(Chain(run, dim, float(ratio)))
         return plan
 
+    def single_device(self) -> str | None:
+        """``"gpu"`` or ``"cpu"`` where every op, the inputs and the outputs are on that
+        processor (ops the plan does not name run on the GPU); None for any other plan."""
+        places = {p.place for p in self.ops.values()}
+        if self.num_ops is None or len(self.ops) < self.num_ops:
+            places.add("gpu")
+        if self.chains or places != {self.io_device}:
+            return None
+        return self.io_device
+
     @classmethod
     def single(cls, mod: tvm.IRModule, place: str) -> Plan:
         """Every op on one processor (``"cpu"`` or ``"gpu"``), inputs and outputs there too."""

@@ -142,6 +142,16 @@ def test_compile_and_run_match_the_unsplit_model(work):
     assert np.linalg.norm(out - ref) <= 1e-5 * np.linalg.norm(ref)
 
 
+def test_compile_options_are_recorded_in_the_manifest(work):
+    d = work["dir"]
+    proc = cli("compile", work["model"], "--pair", "cpu-pair", "--no-fuse", "--cuda-graph",
+               "-o", d / "plain")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((d / "plain" / "manifest.json").read_text())
+    assert manifest["fused"] is False
+    assert manifest["cuda_graph"] is False  # the cpu-pair's GPU role is no CUDA GPU
+
+
 def test_compile_and_run_errors(work):
     d = work["dir"]
     base = ["compile", work["model"], "--pair", "cpu-pair", "-o", d / "never"]

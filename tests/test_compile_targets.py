@@ -130,3 +130,33 @@ def test_android_adreno_compiles():
     targets = {str(f.attrs["target"].kind.name) for f in exe.mod.functions.values()
                if isinstance(f, tirx.PrimFunc)}
     assert targets == {"llvm", "opencl"}
+
+
+def _graph_captures(exe) -> int:
+    return sum(1 for gv in exe.mod.functions if "cuda_graph_capture" in gv.name_hint)
+
+
+def test_cuda_graphs_capture_gpu_only_plans_and_nothing_else():
+    mod = _model()
+    pair = PAIRS["x86-cuda"]()
+    whole = codl_tvm.compile(mod, pair, cuda_graph=True)
+    assert whole.manifest["cuda_graph"] and _graph_captures(whole) >= 1
+    assert "vm.builtin.cuda_graph.run_or_capture" in whole.mod["main"].script()
+    # a split's CPU kernels and copies cannot be captured, nor memory planned across devices
+    split = codl_tvm.compile(mod, pair, _plan(mod), cuda_graph=True)
+    assert not split.manifest["cuda_graph"] and _graph_captures(split) == 0
+    # an OpenCL or CPU "GPU" has no CUDA graphs; off by default
+    cpu = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"), cuda_graph=True)
+    assert not cpu.manifest["cuda_graph"] and _graph_captures(cpu) == 0
+    assert not codl_tvm.compile(mod, pair).manifest["cuda_graph"]
+
+
+def test_single_device_plans_are_recognised():
+    mod = _model()
+    assert Plan.single(mod, "gpu").single_device() == "gpu"
+    assert Plan.single(mod, "cpu").single_device() == "cpu"
+    assert Plan(num_ops=None).single_device() == "gpu"  # unnamed ops run on the GPU
+    assert _plan(mod).single_device() is None
+    mixed = Plan.single(mod, "gpu")
+    mixed.ops["conv2d_0"] = OpPlacement("cpu")
+    assert mixed.single_device() is None

@@ -31,6 +31,11 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "GPU conv's tile table, or DLight's implicit GEMM), "
                         "cpu_gemm=measured|always (always: every 1x1 conv on the CPU GEMM), "
                         "gpu_winograd=on|off; recorded in the artifact's manifest.json")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture the kernels into CUDA graphs (replayed after the first run) "
+                        "where the plan keeps the whole model on a CUDA GPU")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="one kernel per op: no elementwise op runs inside the kernel before it")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -43,7 +48,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
-    exe = compile(mod, pair, plan, variants=variants)
+    exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
+                  cuda_graph=args.cuda_graph)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

@@ -9,8 +9,7 @@ This pass runs TVM's own ``FuseOps`` / ``FuseTIR`` on a restricted set of op pat
 elementwise and broadcast kernels fuse into the conv or matmul before them
 (:data:`EPILOGUE_KINDS`) and into each other. Every other kernel (slices, concats, pads,
 reshapes, transposes, pools, reductions) is marked opaque and stays alone, and so nothing
-fuses *into* a conv as a prologue. That keeps what the later passes and
-the planner rely on:
+fuses *into* a conv as a prologue. That keeps what the later passes and the planner rely on:
 
 * the split's own kernels (``strided_slice``, ``concatenate``) keep their names and
   signatures (:class:`WriteSplitOutputsInPlace` finds the concat by name);
@@ -99,6 +98,3 @@ class FuseEpilogues:
         mod = _restrict(mod)
         mod = rt.FuseOps(fuse_opt_level=2)(mod)
         return rt.FuseTIR()(mod)
-
-
-

@@ -1,18 +1,25 @@
-"""Epilogue fusion (FuseEpilogues) on and off: kernels per inference and latency, one run.
+"""Compile options against each other: kernels per inference and latency, in one run.
 
-Each model is built twice per plan, ``fuse=True`` (the default) and ``fuse=False``, and the
-two artifacts are timed interleaved in one process, so the ratio is what fusion changes.
-Plans: GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at 8
-SMs). Artifacts carry no weights: random ones are made where they run, seeded by each real
-weight's value, so both builds get the same ones and the fused output must equal the
-unfused one.
+Each model is built per plan with every option set of :data:`BUILDS` that applies to it:
+
+- ``unfused``: ``fuse=False``, one kernel per op (the baseline);
+- ``fused``: the default, elementwise ops inside the kernel before them (FuseEpilogues);
+- ``fused+graph``: also ``cuda_graph=True``, kernels captured into CUDA graphs (GPU-only plans
+  on a CUDA GPU).
+
+All builds of a model are timed interleaved in one process, so the ratios are what the options
+change. Plans: GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at
+8 SMs). Artifacts carry no weights: random ones are made where they run, seeded by each real
+weight's value, so every build gets the same ones and must give the unfused build's output.
 
 Here, on the cpu-pair (both roles on this CPU)::
 
-    python benchmarks/fusion.py all --pair cpu-pair -o benchmarks/results/fusion-cpu-pair.json
+    python benchmarks/build_options.py all --pair cpu-pair \
+        -o benchmarks/results/build-options-cpu-pair.json
 
-On the GPU machine: ``build --pair x86-cuda-h100 --out .devcarry/fusion`` here, then
-``run .devcarry/fusion -o fusion.json`` there (runtime-only TVM), ``report fusion.json`` here.
+On the GPU machine: ``build --pair x86-cuda-h100 --out .devcarry/build-options`` here, then
+``run DIR -o out.json`` there (runtime-only TVM; ``run_edge_h100.sh options`` does both
+configurations), ``report out.json`` here.
 """
 
 from __future__ import annotations
@@ -27,6 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MODELS = ("resnet-18", "mobilenet-v2", "fast-style-transfer")
 PLANS = {"gpu-only": None, "OC@0.75": ("OC", 0.75)}
+BASELINE = "unfused"
+# build name -> (compile options, whether it applies to a plan name on a pair)
+BUILDS = {
+    BASELINE: ({"fuse": False}, lambda plan, cuda: True),
+    "fused": ({}, lambda plan, cuda: True),
+    "fused+graph": ({"cuda_graph": True}, lambda plan, cuda: cuda and plan == "gpu-only"),
+}
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}
 
@@ -87,17 +101,21 @@ def build(args: argparse.Namespace) -> int:
 
     pair, out = _pair(args.pair), Path(args.out)
     index = []
+    cuda = pair.gpu_target.kind.name == "cuda"
     for model in args.models.split(","):
         mod = codl_tvm.load_model(zoo.get(model))
         for plan_name, spec in PLANS.items():
             plan = None if spec is None else Plan.uniform(mod, *spec)
-            for fuse in (False, True):
-                name = f"{model}.{plan_name}.{'fused' if fuse else 'unfused'}"
+            for build_name, (options, applies) in BUILDS.items():
+                if not applies(plan_name, cuda):
+                    continue
+                name = f"{model}.{plan_name}.{build_name}"
                 t0 = time.time()
-                exe = codl_tvm.compile(mod, pair, plan, fuse=fuse)
+                exe = codl_tvm.compile(mod, pair, plan, **options)
                 exe.export(out / name, weights=False, overwrite=True)
-                index.append({"model": model, "plan": plan_name, "fuse": fuse, "dir": name,
-                              "kernels": kernel_calls(exe.mod), "seeds": weight_seeds(exe)})
+                index.append({"model": model, "plan": plan_name, "build": build_name,
+                              "dir": name, "kernels": kernel_calls(exe.mod),
+                              "seeds": weight_seeds(exe)})
                 print(f"{name}: {index[-1]['kernels']} kernels, {time.time() - t0:.0f} s",
                       flush=True)
     write_json(out / "index.json", {"pair": args.pair, "rows": index})
@@ -122,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
         again = [rn.run(x) for rn, x in zip(runners, inputs)]
 
         for r, out, t, second in zip(mine, outs, times, again):
-            unfused = next(i for i, m in enumerate(mine) if m["plan"] == r["plan"]
-                           and m["fuse"] is False)
+            base = next(i for i, m in enumerate(mine) if m["plan"] == r["plan"]
+                        and m["build"] == BASELINE)
             r["latency_ms"] = float(np.median(t) * 1e3)
-            r["rel_err_vs_unfused"] = rel_err(out, outs[unfused])
+            r["rel_err_vs_unfused"] = rel_err(out, outs[base])
             r["rel_err_vs_itself"] = rel_err(second, out)  # after the timed rounds
         print(table(mine), flush=True)
     rows = [{k: v for k, v in r.items() if k != "seeds"} for r in rows]
@@ -142,21 +160,17 @@ def rel_err(got: list, want: list) -> float:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: per model and plan, kernels and latency unfused -> fused."""
-    out = ["| model | plan | kernels unfused | kernels fused | ms unfused | ms fused | fused / "
-           "unfused | rel. error fused vs unfused | run to run |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    """Markdown: per model, plan and build, kernels and latency against the unfused build."""
+    out = ["| model | plan | build | kernels | ms | vs unfused | rel. error vs unfused | "
+           "run to run |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        if not r["fuse"]:
-            continue
-        u = next(x for x in rows if x["model"] == r["model"] and x["plan"] == r["plan"]
-                 and not x["fuse"])
         if "latency_ms" not in r:
             continue
-        out.append(f"| {r['model']} | {r['plan']} | {u['kernels']} | {r['kernels']} | "
-                   f"{u['latency_ms']:.2f} | {r['latency_ms']:.2f} | "
-                   f"{r['latency_ms'] / u['latency_ms']:.2f} | {r['rel_err_vs_unfused']:.1e} | "
-                   f"{max(r['rel_err_vs_itself'], u['rel_err_vs_itself']):.1e} |")
+        base = next(x for x in rows if x["model"] == r["model"] and x["plan"] == r["plan"]
+                    and x["build"] == BASELINE)
+        out.append(f"| {r['model']} | {r['plan']} | {r['build']} | {r['kernels']} | "
+                   f"{r['latency_ms']:.2f} | {r['latency_ms'] / base['latency_ms']:.2f} | "
+                   f"{r['rel_err_vs_unfused']:.1e} | {r['rel_err_vs_itself']:.1e} |")
     return "\n".join(out)
 
 
@@ -174,10 +188,11 @@ def main() -> int:
         b.add_argument("--pair", default="cpu-pair",
                        help="a preset, a pair JSON, or x86-cuda-h100 (sm_90 + Sapphire Rapids)")
         b.add_argument("--models", default=",".join(MODELS))
-        b.add_argument("--out", default="/tmp/codl-fusion")
+        b.add_argument("--out", default="/tmp/codl-build-options")
         if name == "all":
             b.add_argument("--rounds", type=int, default=7)
-            b.add_argument("-o", "--output", default="benchmarks/results/fusion-cpu-pair.json")
+            b.add_argument("-o", "--output",
+                           default="benchmarks/results/build-options-cpu-pair.json")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
     r.add_argument("--rounds", type=int, default=15)
