@@ -53,22 +53,6 @@ def _pair(name: str):
     return codl_tvm.DevicePair.parse(name)
 
 
-def kernel_calls(lowered) -> int:
-    """Kernel calls in one run of ``main`` (the lowered module's calls of PrimFuncs)."""
-    import tvm
-    from tvm import relax
-
-    calls = 0
-
-    def visit(node: object) -> None:
-        nonlocal calls
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
-            calls += 1
-
-    relax.analysis.post_order_visit(lowered["main"].body, visit)
-    return calls
-
-
 def weight_seeds(exe) -> dict[str, int]:
     """A seed per weight parameter from its value: builds that hold the same weights under
     other names (or orders) get the same random weights where they run."""
@@ -114,7 +98,7 @@ def build(args: argparse.Namespace) -> int:
                 exe = codl_tvm.compile(mod, pair, plan, **options)
                 exe.export(out / name, weights=False, overwrite=True)
                 index.append({"model": model, "plan": plan_name, "build": build_name,
-                              "dir": name, "kernels": kernel_calls(exe.mod),
+                              "dir": name, "kernels": exe.kernel_calls(),
                               "seeds": weight_seeds(exe)})
                 print(f"{name}: {index[-1]['kernels']} kernels, {time.time() - t0:.0f} s",
                       flush=True)

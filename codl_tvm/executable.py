@@ -63,6 +63,18 @@ class Executable:
         """Standard-normal inputs of the right names, shapes and dtypes."""
         return runtime.random_inputs(self.manifest, seed)
 
+    def kernel_calls(self) -> int:
+        """Kernel calls ``main`` makes per inference (a captured CUDA graph is one)."""
+        calls = 0
+
+        def visit(node: object) -> None:
+            nonlocal calls
+            if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
+                calls += 1
+
+        relax.analysis.post_order_visit(self.mod["main"].body, visit)
+        return calls
+
     def export(
         self,
         path: str | os.PathLike,

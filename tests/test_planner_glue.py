@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import tvm
-from tvm import relax
 
 import codl_tvm
 from codl_tvm import zoo
@@ -54,19 +52,6 @@ def test_costs_that_cannot_price_glue_leave_it_out(resnet) -> None:
     assert all(ev.glue_us(g, "gpu") == 0.0 for g in resnet.glue)
 
 
-def _kernel_calls(lowered) -> int:
-    """call_tir-lowered kernel calls in ``main`` (TVM's lowering names them by GlobalVar)."""
-    calls = 0
-
-    def visit(node: object) -> None:
-        nonlocal calls
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
-            calls += 1
-
-    relax.analysis.post_order_visit(lowered["main"].body, visit)
-    return calls
-
-
 @pytest.mark.parametrize(
     "name", ["resnet-18", "mobilenet-v2", "fast-style-transfer", "inception-v3"])
 def test_glue_kernels_are_those_the_compiled_model_runs(name) -> None:
@@ -76,7 +61,7 @@ def test_glue_kernels_are_those_the_compiled_model_runs(name) -> None:
     mg = build_graph(mod)
     own = [g for g in mg.glue if not g.fused(set())]
     exe = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"))
-    assert _kernel_calls(exe.mod) == len(mg.nodes) + len(own)
+    assert exe.kernel_calls() == len(mg.nodes) + len(own)
     assert len(own) < len(mg.glue)  # something fused
 
 

@@ -16,9 +16,15 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .stage_cross_device_copies import ALLOC_TENSOR, COPY, KILL, is_extern, is_op, tensor_bytes
-
-VIEW = "runtime.TVMTensorCreateView"
+from .stage_cross_device_copies import (
+    ALLOC_TENSOR,
+    COPY,
+    KILL,
+    VIEW,
+    is_extern,
+    is_op,
+    tensor_bytes,
+)
 
 
 def _shape(alloc: relax.Call) -> list[int]:
