@@ -92,7 +92,8 @@ def _is_const_like(expr: relax.Expr) -> bool:
     return isinstance(expr, tvm.ir.Constant)
 
 
-def _count_uses(func: relax.Function) -> dict[relax.Var, int]:
+def count_uses(func: relax.Function) -> dict[relax.Var, int]:
+    """How many times each var of ``func`` is read."""
     uses: dict[relax.Var, int] = {}
 
     def visit(node: object) -> None:
@@ -119,7 +120,7 @@ def _is_epilogue_of(binding: relax.Binding, prev: relax.Var) -> bool:
 
 def find_anchors(func: relax.Function) -> list[AnchorOp]:
     """Anchors of ``func`` in binding order, each with its epilogue bindings."""
-    uses = _count_uses(func)
+    uses = count_uses(func)
     bindings = _bindings(func)
     counts: dict[str, int] = {}
     anchors: list[AnchorOp] = []

@@ -15,7 +15,7 @@ import networkx as nx
 import tvm
 from tvm import relax
 
-from ..graph import AnchorOp, entry_function, find_anchors, fingerprint
+from ..graph import AnchorOp, count_uses, entry_function, find_anchors, fingerprint
 from ..passes.fuse_epilogues import fusable_kernels
 from ..passes.split_rules import RULES
 from ..passes.unit_geometry import split_extent
@@ -181,7 +181,7 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
     """
     owner = {b.var: a.op_id for a in anchors for b in a.bindings}
     heads = {a.out_var: a.op_id for a in anchors if a.kind in ("conv2d", "matmul")}
-    uses = _count_uses(func)
+    uses = count_uses(func)
     groups = _Groups()
     found: list[tuple[relax.Var, str, tuple[int, ...], str | None]] = []
     source: dict[relax.Var, str | None] = {}
@@ -265,17 +265,6 @@ def _elementwise(call: relax.Call, fusable: set[str]) -> bool:
     if call.op.name == "relax.call_tir":
         return isinstance(call.args[0], tvm.ir.GlobalVar) and call.args[0].name_hint in fusable
     return is_elementwise(call.op.name)
-
-
-def _count_uses(func: relax.Function) -> dict[relax.Var, int]:
-    uses: dict[relax.Var, int] = {}
-
-    def visit(node: object) -> None:
-        if isinstance(node, relax.Var):
-            uses[node] = uses.get(node, 0) + 1
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return uses
 
 
 def digraph(nodes: list[OpNode]) -> nx.DiGraph:
