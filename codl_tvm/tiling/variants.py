@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .gpu_tiles import variant_names
+
 CPU_GEMM_CHOICES = ("measured", "always")
 
 
@@ -40,10 +42,7 @@ class KernelVariants:
     gpu_winograd: bool = True
 
     def __post_init__(self) -> None:
-        if self.gpu_conv != "tiled":  # the default is valid (and DEFAULT is made while gpu.py,
-            from .gpu import variant_names  # which imports this module, is not yet loaded)
-
-            if self.gpu_conv not in variant_names():
+        if self.gpu_conv not in variant_names():
                 raise ValueError(f"unknown gpu_conv variant {self.gpu_conv!r}; "
                                  f"known: {variant_names()}")  # fmt: skip
         if self.cpu_gemm not in CPU_GEMM_CHOICES:
