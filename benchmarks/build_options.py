@@ -64,17 +64,13 @@ def weight_seeds(exe) -> dict[str, int]:
 def _runner(folder: Path, seeds: dict[str, int]):
     """The artifact with random weights made from ``seeds`` (see :func:`weight_seeds`)."""
     import numpy as np
-    import tvm
 
     from codl_tvm import runtime
 
     manifest = json.loads((folder / runtime.MANIFEST).read_text())
     weights = {p["name"]: (0.05 * np.random.default_rng(seeds[p["name"]]).standard_normal(
         p["shape"])).astype(p["dtype"]) for p in manifest["params"]}
-    if any(kind == "cuda" for kind, _ in manifest["devices"]):
-        runtime.enable_cuda()
-    return runtime.Runner(tvm.runtime.load_module(str(folder / runtime.LIBRARY)), manifest,
-                          weights)
+    return runtime.load(folder, params=weights)
 
 
 def build(args: argparse.Namespace) -> int:

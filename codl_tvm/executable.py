@@ -18,7 +18,7 @@ from .graph import entry_function
 from .outputs import atomic_folder, write_json
 from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
-from .pipeline import codl_pipeline, graph_applies
+from .pipeline import codl_pipeline
 from .plan import Plan
 from .tiling.variants import OLD_ENV_SWITCHES, KernelVariants, use_variants
 
@@ -146,8 +146,9 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     params = {name: value.numpy() for name, value in lifted.items()}
     manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
     manifest["fused"] = bool(fuse)
-    manifest["cuda_graph"] = bool(cuda_graph) and graph_applies(
-        pair, plan if plan is not None else Plan())
+    # captured or not, as the lowering decided (a plan with a CPU op or a split is not)
+    manifest["cuda_graph"] = any(gv.name_hint.endswith("cuda_graph_capture")
+                                 for gv in lowered.functions)
     return Executable(vm_exec, manifest, params, lowered)
 
 

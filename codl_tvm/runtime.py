@@ -184,8 +184,9 @@ def _flatten(value: Any) -> list[np.ndarray]:
     return out
 
 
-def load(path: str | os.PathLike) -> Runner:
-    """Load an artifact folder written by :meth:`codl_tvm.Executable.export`."""
+def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None) -> Runner:
+    """Load an artifact folder written by :meth:`codl_tvm.Executable.export`; ``params``
+    replaces its weights (its own, or random ones where it was exported without)."""
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text())
@@ -196,9 +197,9 @@ def load(path: str | os.PathLike) -> Runner:
     if any(kind == "cuda" for kind, _ in manifest["devices"]):
         enable_cuda()
     module = tvm.runtime.load_module(str(path / LIBRARY))
-    if manifest.get("weights") == "random":
+    if params is None and manifest.get("weights") == "random":
         params = random_weights(manifest)
-    else:
+    elif params is None:
         with np.load(path / PARAMS, allow_pickle=False) as npz:
             params = {k: npz[k] for k in npz.files}
     return Runner(module, manifest, params)
