@@ -62,6 +62,21 @@ def _detect_cuda_arch() -> str | None:
     return "sm_" + dev.compute_version.replace(".", "")
 
 
+def _gpu_sms(value: Any) -> int | None:
+    """A pair document's ``gpu_sms``: None, or a positive integer."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"gpu_sms must be a positive integer (the GPU's SMs), not {value!r}")
+    return value
+
+
+def _detect_cuda_sms() -> int | None:
+    """SMs of this machine's CUDA GPU (the process's share under MPS); None without one."""
+    dev = tvm.cuda(0)
+    return int(dev.multi_processor_count) if dev.exist else None
+
+
 _AARCH64_ANDROID: dict[str, Any] = {
     "kind": "llvm",
     "mtriple": "aarch64-linux-android",
@@ -81,6 +96,11 @@ class DevicePair:
         JSON target dicts (TVM's convention) for the CPU role and the GPU role.
     cpu_index, gpu_index : int
         Runtime device indices (``tvm.cpu(cpu_index)``, ``tvm.cuda(gpu_index)``...).
+    gpu_sms : int, optional
+        The GPU's streaming multiprocessors (compute units), which GPU kernels are tiled for;
+        detected by the ``x86-cuda`` preset where the GPU is (under CUDA MPS: the SMs the
+        process may use). None: the datasheet count of the target's arch
+        (:data:`codl_tvm.tiling.SMS`).
     """
 
     name: str
@@ -88,6 +108,7 @@ class DevicePair:
     gpu_spec: dict[str, Any]
     cpu_index: int = 0
     gpu_index: int = 0
+    gpu_sms: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -113,7 +134,7 @@ class DevicePair:
     def parse(text: str, *, arch: str | None = None, num_cores: int | None = None) -> DevicePair:
         """A pair from the command line: a preset name, or JSON target dicts (TVM's convention)
         such as ``{"cpu": {"kind": "llvm", "mcpu": "sapphirerapids"}, "gpu": {"kind": "cuda",
-        "arch": "sm_90"}}`` (optional ``name``, ``cpu_index``, ``gpu_index``)."""
+        "arch": "sm_90"}}`` (optional ``name``, ``cpu_index``, ``gpu_index``, ``gpu_sms``)."""
         if not text.lstrip().startswith("{"):
             return DevicePair.preset(text, arch=arch, num_cores=num_cores)
         try:
@@ -146,6 +167,7 @@ class DevicePair:
                 gpu_spec=dict(doc["gpu"]),
                 cpu_index=int(doc.get("cpu_index", 0)),
                 gpu_index=int(doc.get("gpu_index", 0)),
+                gpu_sms=_gpu_sms(doc.get("gpu_sms")),
             )
         except (KeyError, TypeError) as err:
             raise ValueError(f"malformed device pair document: missing {err}") from None
@@ -157,7 +179,7 @@ class DevicePair:
             "gpu": self.gpu_spec,
             "cpu_index": self.cpu_index,
             "gpu_index": self.gpu_index,
-        }
+        } | ({"gpu_sms": self.gpu_sms} if self.gpu_sms is not None else {})
 
     # ---- targets and vdevices -----------------------------------------------------------
     @property
@@ -195,6 +217,12 @@ class DevicePair:
         """True when both roles are llvm devices (the ``cpu-pair``)."""
         return self.gpu_spec["kind"] == "llvm"
 
+    @property
+    def overlaps_copies(self) -> bool:
+        """True where a split's copies run beside its kernels by default: a CUDA GPU, whose
+        streams and events TVM's device API offers (:class:`~codl_tvm.passes.OverlapCopies`)."""
+        return self.gpu_spec["kind"] == "cuda"
+
     def runtime_kind(self, role: str) -> str:
         spec = self.gpu_spec if role == "gpu" else self.cpu_spec
         return _RUNTIME_KIND[spec["kind"]]
@@ -221,7 +249,8 @@ def _x86_cuda(arch: str | None = None, num_cores: int | None = None) -> DevicePa
         raise ValueError(
             "x86-cuda: no CUDA GPU here to detect the architecture from; pass arch (e.g. 'sm_90')"
         )
-    return DevicePair("x86-cuda", _host_cpu_target(num_cores), {"kind": "cuda", "arch": arch})
+    return DevicePair("x86-cuda", _host_cpu_target(num_cores), {"kind": "cuda", "arch": arch},
+                      gpu_sms=_detect_cuda_sms())
 
 
 def _android_opencl(arch: str | None = None, num_cores: int | None = None) -> DevicePair:

@@ -11,7 +11,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import runtime
+from . import runtime, streams
 from .device import DevicePair, vdevice_index
 from .frontend import OUTPUT_NAMES_ATTR
 from .graph import entry_function
@@ -20,6 +20,7 @@ from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
 from .pipeline import codl_pipeline
 from .plan import Plan
+from .tiling.gpu import use_gpu_sms
 from .tiling.variants import OLD_ENV_SWITCHES, KernelVariants, use_variants
 
 
@@ -112,6 +113,7 @@ class Executable:
 def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
     variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
+    overlap: bool | None = None,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -132,13 +134,21 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         tile table, the CPU 1x1 GEMM's reach, GPU Winograd on/off); None: the defaults (or
         those of an enclosing ``tiling.use_variants``). Recorded in the manifest
         (``kernel_variants``). The environment switches that did this before are not read.
+    fuse : bool
+        Run elementwise ops inside the kernel before them (:class:`~codl_tvm.passes.FuseEpilogues`).
+    cuda_graph : bool
+        Capture GPU-only plans on a CUDA GPU into CUDA graphs.
+    overlap : bool, optional
+        Run kernels on a stream of their own so that a split's copies overlap them
+        (:class:`~codl_tvm.passes.OverlapCopies`); None: where the GPU is CUDA. Needs
+        ``staging``. Recorded in the manifest (``overlap``).
     """
     if plan is not None:
         plan.validate(mod)
     _warn_old_switches()
-    with use_variants(variants) as used:
+    with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
-                                cuda_graph=cuda_graph)(mod)
+                                cuda_graph=cuda_graph, overlap=overlap)(mod)
         lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
         staging = list(_module_attr(lowered, STAGING_ATTR, []))
         lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
@@ -146,6 +156,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     params = {name: value.numpy() for name, value in lifted.items()}
     manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
     manifest["fused"] = bool(fuse)
+    manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
     # captured or not, as the lowering decided (a plan with a CPU op or a split is not)
     manifest["cuda_graph"] = any(gv.name_hint.endswith("cuda_graph_capture")
                                  for gv in lowered.functions)
@@ -168,6 +179,15 @@ def _warn_old_switches() -> None:
 
 
 _warned_switches: set[str] = set()
+
+
+def calls_extern(mod: tvm.IRModule, symbol: str) -> bool:
+    """``main`` of ``mod`` calls the packed function ``symbol``."""
+    found: list[bool] = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(True) if (
+        isinstance(e, relax.Call) and isinstance(e.op, relax.ExternFunc)
+        and e.op.global_symbol == symbol) else None)
+    return bool(found)
 
 
 def _module_attr(mod: tvm.IRModule, key: str, default: Any) -> Any:

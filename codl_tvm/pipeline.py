@@ -18,6 +18,7 @@ from .passes import (
     CoExecutionPartition,
     FuseEpilogues,
     LiftDeviceConstants,
+    OverlapCopies,
     StageCrossDeviceCopies,
     WriteSplitOutputsInPlace,
 )
@@ -50,9 +51,12 @@ def default_gpu_schedule() -> tvm.transform.Pass:
     )
 
 
-def lower_passes(staging: bool = False, cuda_graph: bool = False) -> list[tvm.transform.Pass]:
+def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False
+                 ) -> list[tvm.transform.Pass]:
     """TVM's default VM lowering minus StaticPlanBlockMemory; ``staging`` adds
-    :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once).
+    :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once),
+    ``overlap`` (with ``staging``) :class:`OverlapCopies` (kernels on a stream of their own,
+    copies ordered by events).
 
     TVM 0.27's static planner reuses one device's storage for another device's tensor in
     split-then-concat modules (apache/tvm#20207): a CPU kernel then writes into GPU memory.
@@ -73,6 +77,7 @@ def lower_passes(staging: bool = False, cuda_graph: bool = False) -> list[tvm.tr
         rt.KillAfterLastUse(),
         rt.LowerRuntimeBuiltin(),
         *([StageCrossDeviceCopies(), WriteSplitOutputsInPlace()] if staging else []),
+        *([OverlapCopies()] if staging and overlap else []),
         rt.ComputePrimValue(),
         rt.VMShapeLower(),
         rt.AttachGlobalSymbol(),
@@ -137,7 +142,7 @@ def texture_phases(
 
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
-    fuse: bool = True, cuda_graph: bool = False,
+    fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
@@ -152,6 +157,10 @@ def phases(
     (:class:`~codl_tvm.passes.StageCrossDeviceCopies`): :func:`codl_tvm.compile` sets it, as
     its runner allocates them; a caller that runs ``main`` itself leaves it off.
 
+    ``overlap`` (default: where the GPU is CUDA) puts the kernels on a stream of their own so
+    that a split's copies run beside them (:class:`~codl_tvm.passes.OverlapCopies`; with
+    ``staging`` only).
+
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
     pair forces the NCHW4c layout rewrite on the GPU role alone (tests check its numbers).
@@ -163,7 +172,8 @@ def phases(
                       BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", [schedule_pass()]),
-        ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan))),
+        ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan),
+                               pair.overlaps_copies if overlap is None else overlap)),
     ]
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
@@ -179,13 +189,13 @@ def graph_applies(pair: DevicePair, plan: Plan) -> bool:
 def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
-    cuda_graph: bool = False,
+    cuda_graph: bool = False, overlap: bool | None = None,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``: see
-    :func:`phases`.
+    when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``:
+    see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -195,7 +205,7 @@ def codl_pipeline(
         )
         seq: list[tvm.transform.Pass] = []
         for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
-                                   cuda_graph=cuda_graph):
+                                   cuda_graph=cuda_graph, overlap=overlap):
             seq.extend(passes)
             if name == until:
                 break

@@ -30,6 +30,7 @@ import numpy as np
 import tvm
 import tvm.runtime.vm
 
+from . import streams  # noqa: F401 - registers the stream functions split artifacts call
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
 from .profiler.cpu_pool import pair_threads, use_cpu_threads
 from .profiler.host_memory import host_tensor
@@ -151,9 +152,11 @@ class Runner:
 def staging_buffers(manifest: dict[str, Any], devices: list[Any]) -> list[Any]:
     """The artifact's staging tensors (CPU<->GPU copies land in and leave from them), made
     once per loaded model: pinned host memory where the GPU is CUDA, so each copy is a DMA at
-    the bus's speed; plain host memory elsewhere."""
+    the bus's speed; plain host memory elsewhere. GPU-side ones (the landing buffers of
+    :class:`~codl_tvm.passes.OverlapCopies`) are plain GPU tensors."""
     pinned = manifest["devices"][0][0] == "cuda"
-    return [host_tensor(s["shape"], s["dtype"], devices[ROLES.index(s["role"])], pinned)
+    return [host_tensor(s["shape"], s["dtype"], devices[ROLES.index(s["role"])],
+                        pinned and s["role"] == "cpu")
             for s in manifest.get("staging", [])]
 
 

@@ -40,12 +40,12 @@ def test_h_split_reads_halo_rows_and_pads_only_true_borders():
             w: R.Tensor((6, 4, 3, 3), "float32", "llvm:0"),
         ):
             with R.dataflow():
-                # GPU rows 0-3 read input rows 0-4 (top: true zero padding)
-                lv = R.strided_slice(x, (2,), (0,), (5,))
                 # CPU rows 4-7 read rows 3-7 (one halo row above; bottom: true padding)
                 lv1 = R.strided_slice(x, (2,), (3,), (8,))
                 lv2 = R.to_vdevice(lv1, "llvm:1")
                 lv3 = R.to_vdevice(w, "llvm:1")
+                # GPU rows 0-3 read input rows 0-4 (top: true zero padding)
+                lv = R.strided_slice(x, (2,), (0,), (5,))
                 lv4 = R.nn.conv2d(lv, w, padding=[1, 1, 0, 1])
                 lv5 = R.nn.conv2d(lv2, lv3, padding=[0, 1, 1, 1])
                 lv6 = R.to_vdevice(lv5, "llvm:0")
@@ -111,13 +111,13 @@ def test_h_chain_propagates_halos_to_the_head_and_shares_data_only_at_its_ends()
             w2: R.Tensor((4, 4, 3, 3), "float32", "llvm:0"),
         ):
             with R.dataflow():
-                # pool rows 0-1 <- conv2 rows 0-3 <- conv1 rows 0-4 <- input rows 0-5
-                lv = R.strided_slice(x, (2,), (0,), (6,))
                 # pool rows 2-3 <- conv2 rows 4-7 <- conv1 rows 3-7 <- input rows 2-7
                 lv1 = R.strided_slice(x, (2,), (2,), (8,))
                 lv2 = R.to_vdevice(lv1, "llvm:1")
                 lv3 = R.to_vdevice(w1, "llvm:1")
                 lv4 = R.to_vdevice(w2, "llvm:1")
+                # pool rows 0-1 <- conv2 rows 0-3 <- conv1 rows 0-4 <- input rows 0-5
+                lv = R.strided_slice(x, (2,), (0,), (6,))
                 lv5 = R.nn.conv2d(lv, w1, padding=[1, 1, 0, 1])
                 lv6 = R.nn.conv2d(lv5, w2, padding=[1, 1, 0, 1])
                 lv7 = R.nn.max_pool2d(lv6, pool_size=[2, 2], strides=[2, 2])
@@ -206,10 +206,10 @@ def test_matmul_row_split():
             x: R.Tensor((2, 16), "float32", "llvm:0"), w: R.Tensor((16, 8), "float32", "llvm:0")
         ):
             with R.dataflow():
-                lv = R.strided_slice(x, (0,), (0,), (1,))
                 lv1 = R.strided_slice(x, (0,), (1,), (2,))
                 lv2 = R.to_vdevice(lv1, "llvm:1")
                 lv3 = R.to_vdevice(w, "llvm:1")
+                lv = R.strided_slice(x, (0,), (0,), (1,))
                 lv4 = R.matmul(lv, w)
                 lv5 = R.matmul(lv2, lv3)
                 lv6 = R.to_vdevice(lv5, "llvm:0")

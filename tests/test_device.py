@@ -86,3 +86,13 @@ def test_a_host_llvm_target_gets_the_hosts_cpu_and_a_cross_target_keeps_its_own(
 def test_parse_rejects_bad_pairs(text, message):
     with pytest.raises(ValueError, match=message):
         DevicePair.parse(text)
+
+
+def test_a_pair_carries_its_gpus_sm_count_through_json():
+    text = ('{"cpu": {"kind": "llvm", "mcpu": "znver5"}, "gpu": {"kind": "cuda", '
+            '"arch": "sm_90"}, "gpu_sms": 8}')
+    pair = DevicePair.parse(text)
+    assert pair.gpu_sms == 8 and DevicePair.from_json(pair.to_json()) == pair
+    assert "gpu_sms" not in DevicePair.preset("cpu-pair").to_json()  # none: the arch's count
+    with pytest.raises(ValueError, match="gpu_sms"):
+        DevicePair.parse(text.replace('"gpu_sms": 8', '"gpu_sms": 0'))

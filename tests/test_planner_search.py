@@ -12,6 +12,7 @@ from codl_tvm.planner.costs import AnalyticCosts, SerialCosts
 from codl_tvm.planner.nodes import OpNode
 from codl_tvm.planner.search import (
     Evaluator,
+    UnitCost,
     best_choice,
     chain_search,
     ideal_us,
@@ -158,10 +159,11 @@ def test_shipped_predictor_is_the_default_for_its_pair():
     """Regression: the planner looked for the shipped predictor in the wrong folder."""
     from codl_tvm.device import DevicePair
     from codl_tvm.planner.api import resolve_costs
-    from codl_tvm.planner.costs import PredictorCosts
+    from codl_tvm.planner.costs import OverlappedCosts, PredictorCosts
 
     costs = resolve_costs(None, DevicePair.preset("x86-cuda", arch="sm_90"))
-    assert isinstance(costs, PredictorCosts) and costs.predictor.pair_ == "x86-cuda"
+    assert isinstance(costs, OverlappedCosts)  # CUDA: copies run beside kernels
+    assert isinstance(costs.costs, PredictorCosts) and costs.costs.predictor.pair_ == "x86-cuda"
     assert resolve_costs(None, DevicePair.preset("cpu-pair")) is None
 
 
@@ -228,3 +230,23 @@ def test_codl_keeps_one_processor_when_the_predicted_gain_is_within_the_margin()
         assert (lay.place("conv2d_3")[0] == "cpu") is moved
         zero = STRATEGIES["codl"].fn(nodes, ev, Options(step=0.5, min_plan_gain=0.0))
         assert zero.place("conv2d_3")[0] == "cpu"  # without the margin any gain moves it
+
+
+def test_overlapped_copies_delay_the_cpu_side_only():
+    from codl_tvm.planner.costs import AnalyticCosts, OverlappedCosts
+
+    serial = UnitCost(cpu_us=100, gpu_us=100, share_us=50)
+    both = UnitCost(cpu_us=100, gpu_us=100, share_us=50, overlap=True, lead_us=5,
+                    cpu_side_us=30, gpu_side_us=10, join_us=5)
+    assert serial.total_us == 150 and both.total_us == 5 + 130 + 5
+    # a CPU part that finishes early hides its copies behind the GPU's part
+    assert UnitCost(60, 100, 50, overlap=True, lead_us=5, cpu_side_us=30, gpu_side_us=10,
+                    join_us=5).total_us == 5 + 110 + 5
+    # the evaluator prices a split the wrapped way: never above the serial sum
+    node = conv_node(0, h=28)
+    plain, over = AnalyticCosts(), OverlappedCosts(AnalyticCosts())
+    for ratio in (0.3, 0.5, 0.8):
+        a = Evaluator(plain, [node]).unit([node], "H", ratio)
+        b = Evaluator(over, [node]).unit([node], "H", ratio)
+        assert b.overlap and not a.overlap and b.share_us == pytest.approx(a.share_us)
+        assert b.total_us <= a.total_us

@@ -244,3 +244,16 @@ def test_every_tile_compiles_with_nvcc(case, tmp_path):
     done = subprocess.run([NVCC, "--fatbin", "-arch=sm_90", "-o", str(tmp_path / "k.fatbin"),
                            str(tmp_path / "k.cu")], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_split_k_follows_the_pairs_gpu_sms():
+    """The SM count is the pair's (detected where the GPU is), not a constant of one GPU: on
+    8 SMs (an edge-class GPU, or MPS) the deep 13x13 conv fills two waves without split-K."""
+    conv = analyze(T.conv2d_func((1, 1024, 13, 13), (1024, 1024, 3, 3), padding=1)).conv
+    full = G.make_tiling(conv, target_info(CUDA), "sm_90")
+    with tiling.use_gpu_sms(8):
+        edge = G.make_tiling(conv, target_info(CUDA), "sm_90")
+    assert full.split > 1 and edge.split == 1
+    assert tiling.sm_count("sm_90", "cuda") == G.SMS["sm_90"]  # the context has ended
+    with pytest.raises(ValueError, match="at least one SM"), tiling.use_gpu_sms(0):
+        pass

@@ -36,6 +36,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "where the plan keeps the whole model on a CUDA GPU")
     p.add_argument("--no-fuse", action="store_true",
                    help="one kernel per op: no elementwise op runs inside the kernel before it")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="one CUDA stream for kernels and copies (default on a CUDA GPU: "
+                        "kernels on a stream of their own, a split's copies beside them)")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -49,7 +52,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
-                  cuda_graph=args.cuda_graph)
+                  cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

@@ -96,6 +96,9 @@ FUNCTIONS = {
 
 
 def register() -> None:
-    """Register the helpers in this process (idempotent)."""
+    """Register the helpers in this process (idempotent), with the stream functions that
+    split artifacts for CUDA call (:mod:`codl_tvm.streams`, registered on import)."""
+    from .. import streams  # noqa: F401
+
     for name, func in FUNCTIONS.items():
         tvm_ffi.register_global_func(name, func, override=True)

@@ -5,12 +5,13 @@ from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
 from .fuse_epilogues import FuseEpilogues
 from .lift_device_constants import LiftDeviceConstants
+from .overlap_copies import OverlapCopies
 from .stage_cross_device_copies import StageCrossDeviceCopies
 from .texture_scope import AnnotateTextureScope
 from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
     "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "FuseEpilogues",
-    "LiftDeviceConstants",
+    "LiftDeviceConstants", "OverlapCopies",
     "StageCrossDeviceCopies", "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]

@@ -153,10 +153,10 @@ class _Partitioner(PyExprMutator):
             axis, srcs = rule.oc_axis(head.call), {r: parts[r][0].src for r in ROLE_ORDER}
             out_axis = RULES[last.kind].oc_axis(last.call)
         full = head.in_shape[axis]
-        # every copy first: to_vdevice blocks, so none may sit between the GPU launch and the
-        # CPU sub-op
+        # the CPU's input first: its slice and copy wait for no other kernel, and the copy
+        # sits before the GPU launch (one-stream code waits for the whole stream at a copy)
         inputs, extras = {}, {}
-        for r in ROLE_ORDER:
+        for r in reversed(ROLE_ORDER):
             inputs[r] = self._input_part(data, r, axis, srcs[r], full)
             extras[r] = self._extra_args(unit, r)
         outs = {r: self._emit_role(unit, inputs[r], extras[r], parts[r], r) for r in ROLE_ORDER}

@@ -4,6 +4,7 @@ end-to-end benchmark.
 
 >>> from codl_tvm import planner                                   # doctest: +SKIP
 >>> costs = planner.predictor_costs("predictor-x86-cuda.json")     # doctest: +SKIP
+>>> costs = planner.for_pair(costs, pair)  # as the pair runs splits  # doctest: +SKIP
 >>> result = planner.make_plan(mod, "codl", costs)                 # doctest: +SKIP
 >>> result.plan.save("plan.json"); result.predicted_us             # doctest: +SKIP
 
@@ -18,10 +19,11 @@ from typing import Any
 
 _LAZY = {
     "make_plan": "api", "estimate": "api", "ideal": "api", "to_plan": "api", "from_plan": "api",
-    "predictor_costs": "api", "measured_costs": "api", "resolve_costs": "api",
+    "predictor_costs": "api", "measured_costs": "api", "resolve_costs": "api", "for_pair": "api",
     "oracle_jobs": "api", "PlanResult": "api", "build_graph": "opgraph", "ModelGraph": "opgraph",
     "STRATEGIES": "strategies", "Options": "strategies", "PredictorCosts": "costs",
     "MeasuredCosts": "costs", "AnalyticCosts": "costs", "CostSource": "costs",
+    "SerialCosts": "costs", "OverlappedCosts": "costs",
 }  # fmt: skip
 
 __all__ = sorted(_LAZY)

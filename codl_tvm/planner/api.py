@@ -11,7 +11,7 @@ import tvm
 
 from ..device import DevicePair
 from ..plan import Chain, OpPlacement, Plan
-from .costs import CostSource, MeasuredCosts, PredictorCosts, SerialCosts
+from .costs import CostSource, MeasuredCosts, OverlappedCosts, PredictorCosts, SerialCosts
 from .memory import layout_memory
 from .opgraph import ModelGraph, build_graph
 from .search import Evaluator, Layout, ideal_us, layout_cost
@@ -155,11 +155,19 @@ def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | N
                   remote: dict[str, Any] | None = None) -> CostSource | None:
     """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default.
 
-    On a pair whose roles share the host's cores the source is wrapped in
-    :class:`~codl_tvm.planner.costs.SerialCosts`: co-execution cannot gain there.
+    The source is wrapped for the pair (:func:`for_pair`).
     """
-    costs = _resolve_costs(predictor, pair, mod, cache, remote)
-    return SerialCosts(costs) if costs is not None and pair.is_cpu_only else costs
+    return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair)
+
+
+def for_pair(costs: CostSource | None, pair: DevicePair) -> CostSource | None:
+    """``costs`` as ``pair`` runs splits: wrapped in :class:`SerialCosts` where its roles
+    share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels."""
+    if costs is None:
+        return None
+    if pair.is_cpu_only:
+        return SerialCosts(costs)
+    return OverlappedCosts(costs) if pair.overlaps_copies else costs
 
 
 def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None,

@@ -146,6 +146,35 @@ class SerialCosts:
         return trusted(self.costs, sub)
 
 
+class OverlappedCosts:
+    """``costs`` of a pair whose runtime overlaps a split's copies with its kernels (a CUDA
+    GPU: :class:`~codl_tvm.passes.OverlapCopies`): a split's copies to and from the CPU
+    delay the CPU's part, not the GPU's (:class:`~codl_tvm.planner.search.UnitCost`)."""
+
+    overlap = True
+
+    def __init__(self, costs: CostSource) -> None:
+        self.costs = costs
+        self.label = f"{costs.label}, copies beside kernels"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return self.costs.kernel_us(role, sub)
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return self.costs.sharing_us(op, role, nbytes)
+
+    def in_model(self, footprint_bytes: int) -> OverlappedCosts:
+        return OverlappedCosts(in_model(self.costs, footprint_bytes))
+
+    def in_range(self, sub: OpSpec) -> bool:
+        return trusted(self.costs, sub)
+
+
+def overlapped(costs: CostSource) -> bool:
+    """Whether a split's copies run beside its kernels on the costs' pair."""
+    return getattr(costs, "overlap", False)
+
+
 def concurrent(costs: CostSource) -> bool:
     """Whether the two roles of the costs' pair compute at the same time."""
     return getattr(costs, "concurrent", True)

@@ -5,8 +5,9 @@ A *unit* is one op or a chain of ops sharing one split (dim, GPU share ``ratio``
 op's output rows, or of the head's channel units). Each processor runs its sub-ops back to
 back, and the GPU launches before the CPU computes, so a unit costs
 ``share_us + max(sum of CPU sub-ops, sum of GPU sub-ops)``; data is shared only at the unit's
-ends. Row parts grow backwards through the chain by each op's window (Eq. 1), exactly as
-:func:`codl_tvm.passes.unit_geometry.h_parts` cuts them.
+ends. Where copies overlap kernels (CUDA), the copies count on the CPU's side instead
+(:class:`UnitCost`). Row parts grow backwards through the chain by each op's window (Eq. 1),
+exactly as :func:`codl_tvm.passes.unit_geometry.h_parts` cuts them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..geometry import chain_row_parts, split_count
 from ..predictor.opspec import OpSpec
-from .costs import CostSource, concurrent, in_model, trusted
+from .costs import CostSource, concurrent, in_model, overlapped, trusted
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
 
@@ -28,15 +29,33 @@ DEFAULT_DELTA = 0.3
 
 @dataclass(frozen=True)
 class UnitCost:
+    """A unit's kernel time per role and its sharing.
+
+    ``share_us`` is all of the sharing. Where copies overlap kernels (``overlap``: the
+    runtime's :class:`~codl_tvm.passes.OverlapCopies`), only the CPU's slice (``lead_us``)
+    comes before both parts; the GPU's slice (``gpu_side_us``) runs on the GPU's side, the
+    copies to and from the CPU (``cpu_side_us``) on the CPU's, and the concat
+    (``join_us``) after both.
+    """
+
     cpu_us: float
     gpu_us: float
     share_us: float
     concurrent: bool = True  # False: the roles share cores, the parts run one after another
+    overlap: bool = False
+    lead_us: float = 0.0
+    cpu_side_us: float = 0.0
+    gpu_side_us: float = 0.0
+    join_us: float = 0.0
 
     @property
     def total_us(self) -> float:
-        both = max(self.cpu_us, self.gpu_us) if self.concurrent else self.cpu_us + self.gpu_us
-        return self.share_us + both
+        if not self.concurrent:
+            return self.share_us + self.cpu_us + self.gpu_us
+        if self.overlap:
+            return self.lead_us + self.join_us + max(self.cpu_us + self.cpu_side_us,
+                                                     self.gpu_us + self.gpu_side_us)
+        return self.share_us + max(self.cpu_us, self.gpu_us)
 
 
 @dataclass
@@ -156,15 +175,18 @@ class Evaluator:
             return None
         head, last = nodes[0].spec, nodes[-1]
         cpu_in, gpu_in = parts["cpu"][0].in_bytes * rep, parts["gpu"][0].in_bytes * rep
-        share = self.share("to_cpu", "cpu", cpu_in)
+        lead = gpu_slice = join = 0.0
         if dim == "H" or head.groups > 1:  # each side reads its own slice of the input
-            share += self.share("slice", "gpu", cpu_in)
+            lead = self.share("slice", "gpu", cpu_in)
             if gpu_in < head.in_bytes * rep:
-                share += self.share("slice", "gpu", gpu_in)
-        share += self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep)
+                gpu_slice = self.share("slice", "gpu", gpu_in)
+        copies = (self.share("to_cpu", "cpu", cpu_in)
+                  + self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep))
         if rep > 1 or last.spec is None or not last.spec.joins_in_place(dim):
-            share += self.share("concat", "gpu", last.out_bytes)
-        return UnitCost(t["cpu"], t["gpu"], share, concurrent(self.costs))
+            join = self.share("concat", "gpu", last.out_bytes)
+        return UnitCost(t["cpu"], t["gpu"], lead + gpu_slice + copies + join,
+                        concurrent(self.costs), overlapped(self.costs), lead, copies,
+                        gpu_slice, join)
 
 
 # ---- section 4.1: per-op plans --------------------------------------------------------------

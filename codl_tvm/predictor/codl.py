@@ -282,10 +282,12 @@ class CoDLPredictor(BasePredictor):
             self.machine_ = dataclasses.replace(self.machine_, run_sms=run)
 
     def _machine_mismatch(self, pair: Any) -> list[str]:
-        """The pair's CPU cores (``num-cores``) and GPU SMs (its arch's, ``tiling.SMS``)
-        against those the terms count (a GPU role that is llvm, the cpu-pair's, has none)."""
+        """The pair's CPU cores (``num-cores``) and GPU SMs (its ``gpu_sms``, else its arch's
+        datasheet count, ``tiling.SMS``) against those the terms count (a GPU role that is
+        llvm, the cpu-pair's, has none)."""
         spec = pair if isinstance(pair, dict) else {
-            "cpu": getattr(pair, "cpu_spec", {}), "gpu": getattr(pair, "gpu_spec", {})}
+            "cpu": getattr(pair, "cpu_spec", {}), "gpu": getattr(pair, "gpu_spec", {}),
+            "gpu_sms": getattr(pair, "gpu_sms", None)}
         cpu, gpu = dict(spec.get("cpu") or {}), dict(spec.get("gpu") or {})
         m, why = self.machine_, []
         cores = cpu.get("num-cores")
@@ -294,7 +296,7 @@ class CoDLPredictor(BasePredictor):
                        f"{int(cores)}")  # fmt: skip
         kind = str(gpu.get("kind", ""))
         if self.family_.get("gpu") == "gpu" and kind and kind != "llvm" and gpu.get("arch"):
-            sms = tiling.sm_count(str(gpu["arch"]), kind)
+            sms = spec.get("gpu_sms") or tiling.sm_count(str(gpu["arch"]), kind)
             if sms != m.sms:
                 why.append(f"its GPU terms count {m.sms} SMs, the pair's {gpu['arch']} {sms}")
         return why

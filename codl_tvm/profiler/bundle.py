@@ -47,7 +47,7 @@ from codl_tvm.profiler.measure import (
 from codl_tvm.profiler.rounds import interleave
 from codl_tvm.profiler.schema import COLUMNS, KEY_COLUMNS
 from codl_tvm.profiler.space import Job
-from codl_tvm.tiling import current_variants
+from codl_tvm.tiling import current_variants, use_gpu_sms
 
 
 def role_name(role: str | None) -> str:
@@ -78,7 +78,7 @@ def build_bundle(
     the end, so a failed build leaves no half bundle behind; an existing bundle is replaced
     only with ``overwrite`` (:func:`codl_tvm.outputs.atomic_folder`).
     """
-    with atomic_folder(out_dir, overwrite=overwrite) as tmp:
+    with atomic_folder(out_dir, overwrite=overwrite) as tmp, use_gpu_sms(pair.gpu_sms):
         return _fill_bundle(tmp, pair, jobs, batch_size, max_bytes, progress)
 
 

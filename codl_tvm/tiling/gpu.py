@@ -61,9 +61,13 @@ class TiledGemm:
 
 
 
-# Streaming multiprocessors / compute units per target arch; split-K aims at MIN_WAVES waves.
+# Streaming multiprocessors / compute units the kernels are tiled for; split-K aims at MIN_WAVES
+# waves. The GPU's own count comes from its pair (``DevicePair.gpu_sms``, detected where the
+# GPU is: :func:`use_gpu_sms`); these datasheet counts per arch (the largest part of each) are
+# the fallback of a cross-compile that names none.
 SMS = {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "opencl": 4}
 DEFAULT_SMS = 80
+_gpu_sms: list[int] = []
 MIN_WAVES = 2
 MAX_SPLIT = 16
 MIN_K_PER_SPLIT = 256  # below this a split's blocks spend more on loads than on FMAs
@@ -85,8 +89,25 @@ def current_variant() -> str:
 
 
 def sm_count(arch: str, kind: str) -> int:
-    """SMs (compute units) of a GPU target ``arch`` / target kind."""
-    return SMS.get(arch, SMS.get(kind, DEFAULT_SMS))
+    """SMs (compute units) the kernels are tiled for: the innermost :func:`use_gpu_sms`, else
+    the datasheet count of the target ``arch`` / target kind."""
+    return _gpu_sms[-1] if _gpu_sms else SMS.get(arch, SMS.get(kind, DEFAULT_SMS))
+
+
+@contextlib.contextmanager
+def use_gpu_sms(sms: int | None) -> Iterator[None]:
+    """Tile the GPU kernels built inside the ``with`` block for ``sms`` SMs (None: the arch's
+    datasheet count)."""
+    if sms is None:
+        yield
+        return
+    if int(sms) < 1:
+        raise ValueError(f"a GPU has at least one SM, not {sms}")
+    _gpu_sms.append(int(sms))
+    try:
+        yield
+    finally:
+        _gpu_sms.pop()
 
 
 def matches(row: ShapeClass, m: int, n: int, k: int) -> bool:
