@@ -37,21 +37,22 @@ def build(args: argparse.Namespace) -> int:
     import codl_tvm
     from codl_tvm import zoo
     from codl_tvm.planner import MeasuredCosts, build_graph, bundle, predictor_costs
-    from codl_tvm.planner.api import oracle_jobs
+    from codl_tvm.planner.api import for_pair, oracle_jobs
     from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
     pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    costs = predictor_costs(args.predictor) if args.predictor else None
+    # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair)
+    costs = for_pair(predictor_costs(args.predictor), pair) if args.predictor else None
     oracle = None
     if args.oracle_samples:
         rows = read_samples(args.oracle_samples)
         if args.sharing_samples:  # copies measured since: they replace the oracle's
             rows = [r for r in rows if r["op"] not in SHARING_KINDS] + [
                 r for r in read_samples(args.sharing_samples) if r["op"] in SHARING_KINDS]
-        oracle = MeasuredCosts(rows, "measured on the target")
+        oracle = for_pair(MeasuredCosts(rows, "measured on the target"), pair)
     jobs = []
     for model in args.models.split(","):
         t0 = time.time()

@@ -33,12 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "conv2d.csv"
 # GPU shares: rows, and channels in sixteenths (GPU kernels tile channels by 8 or 16)
-RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95), "OC": (0.5, 0.625, 0.75, 0.8125, 0.875, 0.9375)}
-# shares also built with TVM's own copies (``staging=False``): the before/after of staging
-UNSTAGED_RATIOS = {"H": (0.7, 0.9), "OC": (0.75, 0.875)}
-UNSTAGED = "/to_device"  # variant suffix
+RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97),
+          "OC": (0.5, 0.5625, 0.625, 0.6875, 0.75, 0.8125, 0.875, 0.9375)}
+# shares also built with one stream for kernels and copies (``overlap=False``): the
+# before/after of OverlapCopies
+SERIAL_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
+SERIAL = "/one-stream"  # variant suffix
 # shares whose two parts are also built alone, to measure what a split adds to its parts
-PART_RATIOS = {"H": (0.7, 0.8, 0.9), "OC": (0.75, 0.875)}
+PART_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
 PARTS = ("gpu-part:", "cpu-part:")  # variant prefixes
 # the machine of shared/gpu/README.md
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
@@ -88,16 +90,16 @@ def conv_module(s: dict, seed: int = 0, pads: tuple[int, int, int, int] | None =
 
 
 def variants(mod) -> dict:
-    """Variant name -> (plan, staging)."""
+    """Variant name -> (plan, overlap)."""
     from codl_tvm import Plan
 
-    plans = {"cpu-only": (Plan.single(mod, "cpu"), True),
-             "gpu-only": (Plan.single(mod, "gpu"), True)}
+    plans = {"cpu-only": (Plan.single(mod, "cpu"), None),
+             "gpu-only": (Plan.single(mod, "gpu"), None)}
     for dim in ("H", "OC"):
         for r in RATIOS[dim]:
-            plans[f"{dim}@{r}"] = (Plan.uniform(mod, dim, r), True)
-        for r in UNSTAGED_RATIOS[dim]:
-            plans[f"{dim}@{r}{UNSTAGED}"] = (Plan.uniform(mod, dim, r), False)
+            plans[f"{dim}@{r}"] = (Plan.uniform(mod, dim, r), None)
+        for r in SERIAL_RATIOS[dim]:
+            plans[f"{dim}@{r}{SERIAL}"] = (Plan.uniform(mod, dim, r), False)
     return plans
 
 
@@ -106,7 +108,7 @@ def part_modules(s: dict, dim: str, staging: list[dict]) -> dict | None:
     the split's staging buffers (the CPU's input and output); None where they do not fit a
     stride-1 conv."""
     p, k = (s["kh"] - 1) // 2, s["kh"]
-    (cpu_in, cpu_out) = (b["shape"] for b in staging)
+    (cpu_in, cpu_out) = (b["shape"] for b in staging if b["role"] == "cpu")
     if s["sh"] != 1:
         return None
     if dim == "OC":
@@ -145,14 +147,17 @@ def build(args: argparse.Namespace) -> None:
     for s in shapes[part::parts]:
         mod = codl_tvm.load_model(conv_module(s))
         keep = s is check
-        for name, (plan, staging) in variants(mod).items():
+        for name, (plan, overlap) in variants(mod).items():
             t0 = time.time()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exe = codl_tvm.compile(mod, pair, plan, staging=staging)
+                exe = codl_tvm.compile(mod, pair, plan, overlap=overlap)
+            if "@" in name and not exe.manifest["staging"]:
+                continue  # the share leaves the CPU no rows: GPU-only under another name
             export(s, name, exe, keep)
             dim, _, ratio = name.partition("@")
-            if staging and ratio and float(ratio) in PART_RATIOS[dim] and exe.manifest["staging"]:
+            if (overlap is None and ratio and float(ratio) in PART_RATIOS[dim]
+                    and exe.manifest["staging"]):
                 mods = part_modules(s, dim, exe.manifest["staging"])
                 for role, sub in (mods or {}).items():
                     sub = codl_tvm.load_model(sub)
@@ -237,11 +242,11 @@ def run(args: argparse.Namespace) -> None:
                 times[variant].append(rn.time(inputs[variant], repeat=args.repeat,
                                               number=args.number))
         for variant, ts in times.items():
-            dim, _, ratio = variant.removesuffix(UNSTAGED).partition(":")[-1].partition("@")
+            dim, _, ratio = variant.removesuffix(SERIAL).partition(":")[-1].partition("@")
             rows.append({"shape": name, "variant": variant, "dim": dim if ratio else "",
                          "part": variant.partition(":")[0] if ":" in variant else None,
                          "ratio": float(ratio) if ratio else None,
-                         "staging": not variant.endswith(UNSTAGED),
+                         "overlap": not variant.endswith(SERIAL),
                          "latency_ms": 1e3 * float(np.median(ts)),
                          "spread_ms": 1e3 * float(np.max(ts) - np.min(ts))})
         summary = summarize([r for r in rows if r["shape"] == name])
@@ -249,30 +254,55 @@ def run(args: argparse.Namespace) -> None:
               f"best split {summary['best_split']:9s} {summary['split_ms']:8.3f}  "
               f"speedup {summary['speedup']:.3f}", flush=True)
     floor = copy_floor()
-    summary = [summarize([r for r in rows if r["shape"] == n]) for n in by_shape]
-    shapes = {r["name"]: r["shape"] for r in index["runs"]}
-    for s in summary:
-        s.update(split_overhead(s, shapes[s["shape"]], floor))
     sms = int(args.sms) if args.sms.isdigit() else args.sms
-    result = {"pair": index["pair"], "sms": sms, "rows": summary, "variants": rows,
-              "checks": checks, "copy_floor": floor, "command": " ".join(sys.argv)}
+    result = {"pair": index["pair"], "sms": sms, "variants": rows, "checks": checks,
+              "copy_floor": floor, "command": " ".join(sys.argv)}
+    result["rows"] = summaries(rows, {r["name"]: r["shape"] for r in index["runs"]}, floor)
     Path(args.json).write_text(json.dumps(result, indent=1))
     print_table(result)
 
 
+def summaries(rows: list[dict], shapes: dict[str, dict], floor: list[dict]) -> list[dict]:
+    out = []
+    for name in dict.fromkeys(r["shape"] for r in rows):
+        s = summarize([r for r in rows if r["shape"] == name])
+        s.update(split_overhead(s, shapes[name], floor))
+        out.append(s)
+    return out
+
+
+def report(args: argparse.Namespace) -> None:
+    """Summaries of a result file again, without the variants whose artifacts (in
+    ``--artifacts``, the folder ``run`` timed) split nothing: a share that leaves the CPU no
+    rows builds GPU-only, which ``build`` no longer exports."""
+    result = json.loads(Path(args.result).read_text())
+    root = Path(args.artifacts)
+    index = [r for p in sorted(root.glob("index*.json")) for r in json.loads(p.read_text())["runs"]]
+    empty = {(r["name"], r["variant"]) for r in index
+             if "@" in r["variant"] and ":" not in r["variant"] and not json.loads(
+        (root / r["path"] / "manifest.json").read_text())["staging"]}
+    result["variants"] = [r for r in result["variants"]
+                          if (r["shape"], r["variant"]) not in empty]
+    result["rows"] = summaries(result["variants"], {r["name"]: r["shape"] for r in index},
+                               result["copy_floor"])
+    Path(args.output).write_text(json.dumps(result, indent=1))
+    print_table(result)
+
+
 def summarize(rows: list[dict]) -> dict:
-    """Best single processor and best (staged) split of one shape; staged / TVM-copy ratios."""
+    """Best single processor and best (overlapped) split of one shape; overlapped / one-stream
+    latency ratios."""
     by = {r["variant"]: r["latency_ms"] for r in rows}
-    splits = {k: v for k, v in by.items() if "@" in k and UNSTAGED not in k and ":" not in k}
-    staging = {k.removesuffix(UNSTAGED): by[k.removesuffix(UNSTAGED)] / v
-               for k, v in by.items() if k.endswith(UNSTAGED)}
+    splits = {k: v for k, v in by.items() if "@" in k and SERIAL not in k and ":" not in k}
+    serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
+              for k, v in by.items() if k.endswith(SERIAL)}
     best = min(splits, key=splits.get)
     single = min(by["cpu-only"], by["gpu-only"])
     return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
             "best_split": best, "split_ms": splits[best], "speedup": single / splits[best],
             "best_h": min((k for k in splits if k.startswith("H")), key=splits.get),
             "best_oc": min((k for k in splits if k.startswith("OC")), key=splits.get),
-            "staged_over_to_device": staging,
+            "overlap_over_one_stream": serial,
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
             "measured_overhead_us": {
@@ -314,10 +344,10 @@ def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
 def print_table(result: dict) -> None:
     print(f"\nSMs: {result['sms']}")
     print("shape                         cpu-only ms  gpu-only ms  ideal ms  best split "
-          "  split ms  speedup  gain reached  overhead us  staged/to_device (H@0.9, OC@0.875)")
+          "  split ms  speedup  gain reached  overhead us  overlap/one-stream (H@0.9, OC@0.875)")
     for s in result["rows"]:
         reached = s["gain_reached"]
-        st = s["staged_over_to_device"]
+        st = s["overlap_over_one_stream"]
         print(f"{s['shape']:28s} {s['cpu_ms']:11.3f} {s['gpu_ms']:12.3f} {s['ideal_ms']:9.3f}"
               f"  {s['best_split']:10s} {s['split_ms']:9.3f} {s['speedup']:8.3f} "
               f"{'-' if reached is None else f'{reached:12.0%}':>12s} {s['overhead_us']:11.0f}"
@@ -354,8 +384,12 @@ def main() -> None:
     r.add_argument("--repeat", type=int, default=5)
     r.add_argument("--number", type=int, default=5)
     r.add_argument("--sms", default="all", help="SMs the GPU was held to (recorded)")
+    p = sub.add_parser("report", help="re-summarize a result without variants that split nothing")
+    p.add_argument("result")
+    p.add_argument("--artifacts", required=True, help="the folder run timed (or its twin)")
+    p.add_argument("-o", "--output", required=True)
     args = parser.parse_args()
-    build(args) if args.cmd == "build" else run(args)
+    {"build": build, "run": run, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

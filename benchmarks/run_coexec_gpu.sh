@@ -5,11 +5,12 @@
 #   python benchmarks/coexec_conv.py build --out .devcarry/coexec
 #   tar czf .devcarry/coexec.tgz -C .devcarry coexec
 # There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/coexec.tgz carried:
-#   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)]
-# (.devcarry/cupti_trace.py: a copy of ../shared/gpu/cupti_trace.py.)
-# Writes coexec-{full,edge}.{json,log}, traces.txt (CUPTI summaries) and machine.txt to $OUT.
+#   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)] [suite|traces|all (default)]
+# Writes coexec-{full,edge}.{json,log}, traces-{full,edge}.txt (benchmarks/trace_split.py)
+# and machine.txt to $OUT.
 set -euo pipefail
 PCT=${1:-5}
+WHAT=${2:-all}
 OUT=${OUT:-/tmp/codl-out}
 mkdir -p "$OUT" /tmp/site /tmp/coexec
 tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
@@ -25,17 +26,15 @@ run() {  # $1: SMs label, $2: result name
 }
 sms() { python -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)'; }
 
-run "$(sms)" coexec-full
-shape=104x104x64-128-k3s1
-trace() {  # $1: label; the rest: variants of $shape
+[ "$WHAT" = traces ] || run "$(sms)" coexec-full
+trace() {  # $1: label; the rest: SHAPE/VARIANT artifacts
   local label=$1; shift
-  for v in "$@"; do
-    echo "== $label $shape $v" >> "$OUT/traces.txt"
-    timeout 60 python .devcarry/cupti_trace.py "$art/$shape/$v" "/tmp/trace-$label-$v.json" \
-      >> "$OUT/traces.txt" 2>&1 || echo "trace failed" >> "$OUT/traces.txt"
-  done
+  timeout 100 python benchmarks/trace_split.py "${@/#/$art/}" > "$OUT/traces-$label.txt" 2>&1 \
+    || echo "trace failed" >> "$OUT/traces-$label.txt"
 }
-trace full H_0.9 H_0.9_to_device
+[ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_one-stream \
+  13x13x1024-512-k1s1/OC_0.875 13x13x1024-512-k1s1/OC_0.875_one-stream \
+  104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_one-stream 104x104x64-128-k3s1/gpu-only
 
 # the edge configuration: MPS holds this process's kernels to a few SMs; always stopped
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
@@ -45,5 +44,7 @@ trap 'echo quit | nvidia-cuda-mps-control' EXIT
 export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
 n=$(sms)
 echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/machine.txt"
-run "$n" coexec-edge
-trace edge H_0.7 H_0.7_to_device
+[ "$WHAT" = traces ] || run "$n" coexec-edge
+[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.7 104x104x64-128-k3s1/H_0.7_one-stream \
+  104x104x64-128-k3s1/OC_0.6875 104x104x64-128-k3s1/OC_0.6875_one-stream \
+  13x13x1024-1024-k3s1/OC_0.6875 13x13x1024-1024-k3s1/OC_0.6875_one-stream

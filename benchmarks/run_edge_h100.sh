@@ -10,6 +10,8 @@
 # There (device tool, carry those and .devcarry/tvm-runtime.tgz), one call per stage:
 #   bash benchmarks/run_edge_h100.sh calib    # -> $OUT/calib.tgz: calib-{full,edge}.csv + facts
 #   bash benchmarks/run_edge_h100.sh oracle edge|full  # -> $OUT/oracle.tgz: oracle-*.csv + facts
+#   bash benchmarks/run_edge_h100.sh checks   # verify_models + split_determinism, both configs
+#     (carry checks.tgz: tar czf .devcarry/checks.tgz -C .devcarry verify determinism)
 # Here: calibrate, plan and build (the README's "End to end" commands), pack bench.tgz; there:
 #   bash benchmarks/run_edge_h100.sh bench     # -> $OUT/bench-{full,edge}.json
 set -euo pipefail
@@ -47,6 +49,16 @@ options)  # python benchmarks/build_options.py build --pair x86-cuda-h100 --out 
     -o "$OUT/build-options-full.json" --rounds 15 2>&1 | tail -12 || echo "options-full failed"
   edge timeout 250 python3 benchmarks/build_options.py run /tmp/work/build-options \
     -o "$OUT/build-options-edge.json" --rounds 15 2>&1 | tail -12 || echo "options-edge failed" ;;
+checks)  # verify_models.py build -o .devcarry/verify; split_determinism.py build (see each)
+  tar xzf .devcarry/checks.tgz -C /tmp/work
+  for on in full edge; do
+    WRAP=$([ "$on" = edge ] && echo edge || true)
+    $WRAP timeout 120 python3 benchmarks/verify_models.py run /tmp/work/verify \
+      -o "$OUT/verify-$on.json" 2>&1 | grep -v Warn | tail -14 || echo "verify-$on failed"
+    $WRAP timeout 130 python3 benchmarks/split_determinism.py run /tmp/work/determinism \
+      -o "$OUT/determinism-$on.json" 2>&1 | grep -v Warn | awk '$2 != "0.00e+00"' | tail -20 \
+      || echo "determinism-$on failed"
+  done ;;
 bench)
   tar xzf .devcarry/bench.tgz -C /tmp/work
   BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14"
@@ -55,5 +67,5 @@ bench)
   edge timeout 290 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 260 \
     > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
   tail -40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
-*) echo "stage: calib | oracle | options | bench" >&2; exit 1 ;;
+*) echo "stage: calib | oracle | options | checks | bench" >&2; exit 1 ;;
 esac

@@ -1,9 +1,10 @@
 """Split ops give the same output run after run on the real devices.
 
-Each conv of a model is split alone (output channels, GPU share 0.75; every other op on the
-GPU) and the artifact is run 8 times with one input; every run must equal the first bit for
-bit. A copy still in flight when a kernel reads its buffer shows up here as a difference; no
-weights are needed (artifacts carry none), so every op of a full-size model can be checked.
+Each conv of a model is split alone (by default twice: output channels at GPU share 0.75,
+and rows at 0.5; every other op on the GPU) and the artifact is run 8 times with one input;
+every run must equal the first bit for bit. A copy still in flight when a kernel reads its
+buffer shows up here as a difference; no weights are needed (artifacts carry none), so every
+op of a full-size model can be checked.
 
     # here (full TVM)
     python benchmarks/split_determinism.py build --out .devcarry/determinism
@@ -42,14 +43,20 @@ def build(args: argparse.Namespace) -> int:
     out, index = Path(args.out), []
     for model in args.models.split(","):
         mod = codl_tvm.load_model(zoo.get(model))
-        split = Plan.uniform(mod, "OC", 0.75)
-        for op, placement in split.ops.items():
-            plan = Plan.single(mod, "gpu")
-            plan.ops[op] = placement
-            name = f"{model}.{op}"
-            codl_tvm.compile(mod, pair, plan).export(out / name, weights=False, overwrite=True)
-            index.append(name)
-            print(name, flush=True)
+        for dim, _, ratio in (s.partition("@") for s in args.splits.split(",")):
+            split = Plan.uniform(mod, dim, float(ratio))
+            for op, placement in split.ops.items():
+                if args.ops and not op.startswith(tuple(args.ops.split(","))):
+                    continue
+                plan = Plan.single(mod, "gpu")
+                plan.ops[op] = placement
+                name = f"{model}.{op}.{dim}{ratio}"
+                exe = codl_tvm.compile(mod, pair, plan)
+                if not exe.manifest["staging"]:  # the ratio leaves a device nothing
+                    continue
+                exe.export(out / name, weights=False, overwrite=True)
+                index.append(name)
+                print(name, flush=True)
     write_json(out / "index.json", index)
     return 0
 
@@ -85,6 +92,8 @@ def main() -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--models", default=",".join(MODELS))
+    b.add_argument("--splits", default="OC@0.75,H@0.5", help="DIM@GPU_SHARE,...")
+    b.add_argument("--ops", default="", help="only ops whose id starts so (e.g. matmul,conv2d_1)")
     b.add_argument("--out", default=".devcarry/determinism")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
