@@ -122,52 +122,45 @@ class PredictorCosts:
             return False
 
 
-class SerialCosts:
+class _PairCosts:
+    """``costs`` as a kind of pair runs a split: the same times, with a class attribute the
+    planner's :class:`~codl_tvm.planner.search.UnitCost` reads (``concurrent``, ``overlap``)."""
+
+    note = ""
+
+    def __init__(self, costs: CostSource) -> None:
+        self.costs = costs
+        self.label = f"{costs.label}, {self.note}"
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return self.costs.kernel_us(role, sub)
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return self.costs.sharing_us(op, role, nbytes)
+
+    def in_model(self, footprint_bytes: int) -> _PairCosts:
+        return type(self)(in_model(self.costs, footprint_bytes))
+
+    def in_range(self, sub: OpSpec) -> bool:
+        return trusted(self.costs, sub)
+
+
+class SerialCosts(_PairCosts):
     """``costs`` of a pair whose two roles compute on the same cores (the ``cpu-pair``): a
     split's parts then run one after the other, so a unit costs the sum of its parts, not the
     slower one, and co-execution gains nothing."""
 
     concurrent = False
-
-    def __init__(self, costs: CostSource) -> None:
-        self.costs = costs
-        self.label = f"{costs.label}, roles on shared cores"
-
-    def kernel_us(self, role: str, sub: OpSpec) -> float:
-        return self.costs.kernel_us(role, sub)
-
-    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
-        return self.costs.sharing_us(op, role, nbytes)
-
-    def in_model(self, footprint_bytes: int) -> SerialCosts:
-        return SerialCosts(in_model(self.costs, footprint_bytes))
-
-    def in_range(self, sub: OpSpec) -> bool:
-        return trusted(self.costs, sub)
+    note = "roles on shared cores"
 
 
-class OverlappedCosts:
+class OverlappedCosts(_PairCosts):
     """``costs`` of a pair whose runtime overlaps a split's copies with its kernels (a CUDA
     GPU: :class:`~codl_tvm.passes.OverlapCopies`): a split's copies to and from the CPU
     delay the CPU's part, not the GPU's (:class:`~codl_tvm.planner.search.UnitCost`)."""
 
     overlap = True
-
-    def __init__(self, costs: CostSource) -> None:
-        self.costs = costs
-        self.label = f"{costs.label}, copies beside kernels"
-
-    def kernel_us(self, role: str, sub: OpSpec) -> float:
-        return self.costs.kernel_us(role, sub)
-
-    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
-        return self.costs.sharing_us(op, role, nbytes)
-
-    def in_model(self, footprint_bytes: int) -> OverlappedCosts:
-        return OverlappedCosts(in_model(self.costs, footprint_bytes))
-
-    def in_range(self, sub: OpSpec) -> bool:
-        return trusted(self.costs, sub)
+    note = "copies beside kernels"
 
 
 def overlapped(costs: CostSource) -> bool:
