@@ -5,12 +5,17 @@ Each model is built per plan with every option set of :data:`BUILDS` that applie
 - ``unfused``: ``fuse=False``, one kernel per op (the baseline);
 - ``fused``: the default, elementwise ops inside the kernel before them (FuseEpilogues);
 - ``fused+graph``: also ``cuda_graph=True``, kernels captured into CUDA graphs (GPU-only plans
-  on a CUDA GPU).
+  on a CUDA GPU);
+- ``one-stream``: ``overlap=False``, a split's kernels and copies on one CUDA stream (the
+  default puts them beside each other: OverlapCopies; split plans on a CUDA GPU).
 
 All builds of a model are timed interleaved in one process, so the ratios are what the options
-change. Plans: GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at
-8 SMs). Artifacts carry no weights: random ones are made where they run, seeded by each real
-weight's value, so every build gets the same ones and must give the unfused build's output.
+change; each is compared with its plan's first build (``unfused`` where it is built). Plans:
+GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at 8 SMs), and,
+with ``--plans-from DIR``, each model's ``DIR/MODEL/codl.plan.json`` (a bench bundle's codl
+plans, ``bench_models.py build``); ``--builds`` picks the builds. Artifacts carry no
+weights: random ones are made where they run, seeded by each real weight's value, so every
+build gets the same ones and must give its base build's output.
 
 Here, on the cpu-pair (both roles on this CPU)::
 
@@ -40,6 +45,7 @@ BUILDS = {
     BASELINE: ({"fuse": False}, lambda plan, cuda: True),
     "fused": ({}, lambda plan, cuda: True),
     "fused+graph": ({"cuda_graph": True}, lambda plan, cuda: cuda and plan == "gpu-only"),
+    "one-stream": ({"overlap": False}, lambda plan, cuda: cuda and plan != "gpu-only"),
 }
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}
@@ -82,12 +88,16 @@ def build(args: argparse.Namespace) -> int:
     pair, out = _pair(args.pair), Path(args.out)
     index = []
     cuda = pair.gpu_target.kind.name == "cuda"
+    builds = args.builds.split(",")
     for model in args.models.split(","):
         mod = codl_tvm.load_model(zoo.get(model))
-        for plan_name, spec in PLANS.items():
-            plan = None if spec is None else Plan.uniform(mod, *spec)
+        plans = {name: None if spec is None else Plan.uniform(mod, *spec)
+                 for name, spec in PLANS.items()}
+        if args.plans_from:
+            plans = {"codl": Plan.load(Path(args.plans_from) / model / "codl.plan.json")}
+        for plan_name, plan in plans.items():
             for build_name, (options, applies) in BUILDS.items():
-                if not applies(plan_name, cuda):
+                if build_name not in builds or not applies(plan_name, cuda):
                     continue
                 name = f"{model}.{plan_name}.{build_name}"
                 t0 = time.time()
@@ -106,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from codl_tvm.outputs import write_json
+    from codl_tvm.planner.bundle import warm_artifacts
     from codl_tvm.planner.timing import interleaved
 
     folder = Path(args.artifacts)
     doc = json.loads((folder / "index.json").read_text())
     rows = doc["rows"]
+    warm_artifacts([folder / r["dir"] for r in rows], args.jobs)
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         runners = [_runner(folder / r["dir"], r["seeds"]) for r in mine]
@@ -120,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
         again = [rn.run(x) for rn, x in zip(runners, inputs)]
 
         for r, out, t, second in zip(mine, outs, times, again):
-            base = next(i for i, m in enumerate(mine) if m["plan"] == r["plan"]
-                        and m["build"] == BASELINE)
+            base = _base(mine, r)
+            r["base"] = mine[base]["build"]
             r["latency_ms"] = float(np.median(t) * 1e3)
-            r["rel_err_vs_unfused"] = rel_err(out, outs[base])
+            r["rel_err_vs_base"] = rel_err(out, outs[base])
             r["rel_err_vs_itself"] = rel_err(second, out)  # after the timed rounds
         print(table(mine), flush=True)
     rows = [{k: v for k, v in r.items() if k != "seeds"} for r in rows]
@@ -139,18 +151,25 @@ def rel_err(got: list, want: list) -> float:
                for a, b in zip(got, want))
 
 
+def _base(rows: list[dict], r: dict) -> int:
+    """Index of the build ``r`` is compared with: its plan's unfused build, else its first."""
+    same = [i for i, x in enumerate(rows) if x["model"] == r["model"] and x["plan"] == r["plan"]]
+    return next((i for i in same if rows[i]["build"] == BASELINE), same[0])
+
+
 def table(rows: list[dict]) -> str:
-    """Markdown: per model, plan and build, kernels and latency against the unfused build."""
-    out = ["| model | plan | build | kernels | ms | vs unfused | rel. error vs unfused | "
+    """Markdown: per model, plan and build, kernels and latency against the plan's base build
+    (unfused where it was built)."""
+    out = ["| model | plan | build | kernels | ms | vs base | rel. error vs base | "
            "run to run |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        if "latency_ms" not in r:
-            continue
-        base = next(x for x in rows if x["model"] == r["model"] and x["plan"] == r["plan"]
-                    and x["build"] == BASELINE)
-        out.append(f"| {r['model']} | {r['plan']} | {r['build']} | {r['kernels']} | "
-                   f"{r['latency_ms']:.2f} | {r['latency_ms'] / base['latency_ms']:.2f} | "
-                   f"{r['rel_err_vs_unfused']:.1e} | {r['rel_err_vs_itself']:.1e} |")
+    timed = [r for r in rows if "latency_ms" in r]
+    for r in timed:
+        base = timed[_base(timed, r)]
+        err = r.get("rel_err_vs_base", r.get("rel_err_vs_unfused"))
+        out.append(f"| {r['model']} | {r['plan']} | {r['build']} ({base['build']}) | "
+                   f"{r['kernels']} | {r['latency_ms']:.2f} | "
+                   f"{r['latency_ms'] / base['latency_ms']:.2f} | {err:.1e} | "
+                   f"{r['rel_err_vs_itself']:.1e} |")
     return "\n".join(out)
 
 
@@ -169,13 +188,17 @@ def main() -> int:
                        help="a preset, a pair JSON, or x86-cuda-h100 (sm_90 + Sapphire Rapids)")
         b.add_argument("--models", default=",".join(MODELS))
         b.add_argument("--out", default="/tmp/codl-build-options")
+        b.add_argument("--builds", default=",".join(BUILDS), help="which of " + ", ".join(BUILDS))
+        b.add_argument("--plans-from", help="a bench bundle: DIR/MODEL/codl.plan.json as the plan")
         if name == "all":
             b.add_argument("--rounds", type=int, default=7)
+            b.add_argument("--jobs", type=int, default=1)
             b.add_argument("-o", "--output",
                            default="benchmarks/results/build-options-cpu-pair.json")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
     r.add_argument("--rounds", type=int, default=15)
+    r.add_argument("--jobs", type=int, default=1, help="processes compiling CUDA first")
     r.add_argument("-o", "--output", required=True)
     rp = sub.add_parser("report")
     rp.add_argument("runs")
