@@ -8,6 +8,7 @@ on a CUDA GPU is checked there (``benchmarks/verify_models.py``, ``split_determi
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from test_stage_cross_device_copies import conv_model, rel_err
 from tvm import relax
@@ -163,3 +164,12 @@ def test_a_whole_zoo_model_split_everywhere_still_equals_its_unsplit_self():
                            overlap=True)
     x = ref.runner.random_inputs(1)
     assert rel_err(exe.run(x)[0], ref.run(x)[0]) <= 1e-5
+
+
+def test_the_stream_functions_are_registered_by_the_runner_and_do_nothing_on_a_cpu():
+    import codl_tvm.runtime  # noqa: F401 - what loads an artifact registers them
+
+    t = tvm.runtime.tensor(np.zeros(4, "float32"), tvm.cpu())
+    for name in streams.FUNCTIONS:
+        tvm.get_global_func(name)(t)  # the VM calls each with a tensor of the GPU
+    assert np.all(t.numpy() == 0)
