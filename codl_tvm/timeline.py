@@ -2,8 +2,10 @@
 
 :func:`layout` places one box per sub-op in the order the partitioned model runs them (CoDL
 Eq. 2: a split op costs its sharing plus the slower of its two parts; inside a chain each
-processor runs its parts back to back and data is shared only at the chain's ends), and the
-same ops run whole on one processor for the CPU-only and GPU-only lanes. :func:`draw` renders
+processor runs its parts back to back and data is shared only at the chain's ends; where the
+costs' pair overlaps copies with kernels, a split's copies sit on the CPU's lane and its GPU
+slice on the GPU's), and the same ops run whole on one processor for the CPU-only and GPU-only
+lanes. :func:`draw` renders
 it with matplotlib (the optional ``plot`` extra).
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .outputs import atomic_file
-from .planner.costs import move_us, split_share_us
+from .planner.costs import move_us, overlapped, split_share_us, split_sharing_parts
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
@@ -102,9 +104,10 @@ def _share(tl: Timeline, t: float, dur_us: float, label: str) -> float:
     return tl.add("gpu", t, dur_us, label, "share")
 
 
-def _fill(row: dict, cpu_us: float, gpu_us: float, share_us: float) -> None:
+def _fill(row: dict, cpu_us: float, gpu_us: float, share_us: float,
+          total_us: float | None = None) -> None:
     row.update(cpu_us=cpu_us, gpu_us=gpu_us, share_us=share_us,
-               total_us=share_us + max(cpu_us, gpu_us))  # fmt: skip
+               total_us=share_us + max(cpu_us, gpu_us) if total_us is None else total_us)
 
 
 def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
@@ -119,6 +122,8 @@ def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
 
 def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
                 costs) -> float:
+    if overlapped(costs) and not hasattr(costs, "split_share"):
+        return _overlapped_unit(tl, t, here, unit, specs, costs)
     dim, ratio = unit[0]["dim"], unit[0]["ratio"]
     first, repeat = specs[unit[0]["op"]]
     last, _ = specs[unit[-1]["op"]]
@@ -137,6 +142,38 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
         share = (back + pre if i == 0 else 0.0) + (post if i == len(unit) - 1 else 0.0)
         _fill(row, times["cpu"], times["gpu"], share)
     return _share(tl, max(ends.values()), post, "to gpu + concat")
+
+
+def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
+                     costs) -> float:
+    """A split unit where its copies run beside its kernels (the planner's
+    :class:`~codl_tvm.planner.search.UnitCost` with ``overlap``): the CPU's slice before both
+    parts, the GPU's slice on the GPU's lane, the copies on the CPU's, the concat after both."""
+    dim, ratio = unit[0]["dim"], unit[0]["ratio"]
+    first, repeat = specs[unit[0]["op"]]
+    last, last_repeat = specs[unit[-1]["op"]]
+    back = move_us(costs, first, "to_gpu") * repeat if here == "cpu" else 0.0
+    pre = split_sharing_parts(costs.sharing_us, first, dim, ratio)
+    post = split_sharing_parts(costs.sharing_us, last, dim, ratio)
+    lead, join = back + pre.lead_us * repeat, post.join_us * last_repeat
+    t = _share(tl, t, lead, "slice + back" if back else "slice")
+    ends = {"cpu": tl.add("cpu", t, pre.to_cpu_us * repeat, "to cpu", "share"),
+            "gpu": tl.add("gpu", t, pre.gpu_slice_us * repeat, "slice", "share")}
+    for i, row in enumerate(unit):
+        spec, rep = specs[row["op"]]
+        times = {}
+        for role in ("cpu", "gpu"):
+            part = spec.part(role, dim, ratio)
+            times[role] = costs.kernel_us(role, part) * rep if part is not None else 0.0
+            ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+        side = {"cpu": (pre.to_cpu_us * repeat if i == 0 else 0.0)
+                + (post.to_gpu_us * last_repeat if i == len(unit) - 1 else 0.0),
+                "gpu": pre.gpu_slice_us * repeat if i == 0 else 0.0}
+        share = (lead if i == 0 else 0.0) + (join if i == len(unit) - 1 else 0.0)
+        total = share + max(times["cpu"] + side["cpu"], times["gpu"] + side["gpu"])
+        _fill(row, times["cpu"], times["gpu"], share + side["cpu"] + side["gpu"], total)
+    ends["cpu"] = tl.add("cpu", ends["cpu"], post.to_gpu_us * last_repeat, "to gpu", "share")
+    return _share(tl, max(ends.values()), join, "concat")
 
 
 # ---- drawing -----------------------------------------------------------------------------

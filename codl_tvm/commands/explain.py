@@ -41,11 +41,29 @@ def _costs(args: argparse.Namespace):
                           stacklevel=2)
         label = f"predicted by the {pred.kind} predictor {Path(args.predictor).name} " \
                 f"(pair {pred.pair_})"
-        return PredictorCosts(pred, label), pred.pair_
+        costs = PredictorCosts(pred, label)
+        return _as_run(costs, args.pair or pred.pair_, args.arch), pred.pair_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # auto's fallback shows in the pair name
         pair = DevicePair.parse(args.pair or "auto", arch=args.arch)
     return (MeasuredCosts(pair, repeat=args.repeat) if args.measure else FlopsCosts()), pair.name
+
+
+def _as_run(costs, pair_name: str, arch: str | None):
+    """Predicted costs priced as the pair runs a split: its copies beside its kernels where
+    the GPU is CUDA (:class:`~codl_tvm.planner.costs.OverlappedCosts`), as the planner does.
+    A pair this machine cannot rebuild from its name is priced with one stream."""
+    from ..device import DevicePair
+    from ..planner.costs import OverlappedCosts
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            # the arch only completes the GPU target; the pair's kind is what counts here
+            pair = DevicePair.parse(pair_name, arch=arch or "sm_90")
+    except ValueError:
+        return costs
+    return OverlappedCosts(costs) if pair.overlaps_copies else costs
 
 
 def _run(args: argparse.Namespace) -> int:

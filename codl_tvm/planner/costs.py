@@ -63,19 +63,45 @@ def split_share_us(costs: CostSource, spec: OpSpec, dim: str, ratio: float
     return split_sharing(costs.sharing_us, spec, dim, ratio)
 
 
-def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
-    """(before, after) of a split from ``cost(op, role, nbytes)``."""
+@dataclass(frozen=True)
+class SplitSharing:
+    """A split op's sharing by where it runs: the CPU's slice (a GPU kernel both parts wait
+    for), the GPU's slice, the copies to and from the CPU, and the concat after both."""
+
+    lead_us: float = 0.0
+    gpu_slice_us: float = 0.0
+    to_cpu_us: float = 0.0
+    to_gpu_us: float = 0.0
+    join_us: float = 0.0
+
+    @property
+    def pre_us(self) -> float:
+        return self.lead_us + self.gpu_slice_us + self.to_cpu_us
+
+    @property
+    def post_us(self) -> float:
+        return self.to_gpu_us + self.join_us
+
+
+def split_sharing_parts(cost: Any, spec: OpSpec, dim: str, ratio: float) -> SplitSharing:
+    """The sharing of ``spec`` split at ``ratio`` from ``cost(op, role, nbytes)``."""
     cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
     if cpu is None:
-        return 0.0, 0.0
-    pre, post = cost("to_cpu", "cpu", cpu.in_bytes), cost("to_gpu", "gpu", cpu.out_bytes)
+        return SplitSharing()
+    copies = {"to_cpu_us": cost("to_cpu", "cpu", cpu.in_bytes),
+              "to_gpu_us": cost("to_gpu", "gpu", cpu.out_bytes)}
     if gpu is None:
-        return pre, post
-    if dim == "H":
-        pre += cost("slice", "gpu", cpu.in_bytes) + cost("slice", "gpu", gpu.in_bytes)
-    if spec.joins_in_place(dim):
-        return pre, post
-    return pre, post + cost("concat", "gpu", spec.out_bytes)
+        return SplitSharing(**copies)
+    slices = ({"lead_us": cost("slice", "gpu", cpu.in_bytes),
+               "gpu_slice_us": cost("slice", "gpu", gpu.in_bytes)} if dim == "H" else {})
+    join = 0.0 if spec.joins_in_place(dim) else cost("concat", "gpu", spec.out_bytes)
+    return SplitSharing(**copies, **slices, join_us=join)
+
+
+def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+    """(before, after) of a split from ``cost(op, role, nbytes)``."""
+    parts = split_sharing_parts(cost, spec, dim, ratio)
+    return parts.pre_us, parts.post_us
 
 
 def in_model(costs: CostSource, footprint_bytes: int) -> CostSource:
