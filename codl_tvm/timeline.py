@@ -133,15 +133,22 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
     t = _share(tl, t, back + pre, "slice + to cpu")
     ends = {"cpu": t, "gpu": t}
     for i, row in enumerate(unit):
-        spec, repeat = specs[row["op"]]
-        times = {}
-        for role in ("cpu", "gpu"):
-            part = spec.part(role, dim, ratio)
-            times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
-            ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+        times = _parts(tl, ends, row, specs, costs)
         share = (back + pre if i == 0 else 0.0) + (post if i == len(unit) - 1 else 0.0)
         _fill(row, times["cpu"], times["gpu"], share)
     return _share(tl, max(ends.values()), post, "to gpu + concat")
+
+
+def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict, costs
+           ) -> dict[str, float]:
+    """The row's sub-op on each lane after ``ends`` (moved on); its kernel time per role."""
+    spec, repeat = specs[row["op"]]
+    times = {}
+    for role in ("cpu", "gpu"):
+        part = spec.part(role, row["dim"], row["ratio"])
+        times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
+        ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+    return times
 
 
 def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
@@ -160,12 +167,7 @@ def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs:
     ends = {"cpu": tl.add("cpu", t, pre.to_cpu_us * repeat, "to cpu", "share"),
             "gpu": tl.add("gpu", t, pre.gpu_slice_us * repeat, "slice", "share")}
     for i, row in enumerate(unit):
-        spec, rep = specs[row["op"]]
-        times = {}
-        for role in ("cpu", "gpu"):
-            part = spec.part(role, dim, ratio)
-            times[role] = costs.kernel_us(role, part) * rep if part is not None else 0.0
-            ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+        times = _parts(tl, ends, row, specs, costs)
         side = {"cpu": (pre.to_cpu_us * repeat if i == 0 else 0.0)
                 + (post.to_gpu_us * last_repeat if i == len(unit) - 1 else 0.0),
                 "gpu": pre.gpu_slice_us * repeat if i == 0 else 0.0}
