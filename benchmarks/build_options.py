@@ -7,7 +7,9 @@ Each model is built per plan with every option set of :data:`BUILDS` that applie
 - ``fused+graph``: also ``cuda_graph=True``, kernels captured into CUDA graphs (GPU-only plans
   on a CUDA GPU);
 - ``one-stream``: ``overlap=False``, a split's kernels and copies on one CUDA stream (the
-  default puts them beside each other: OverlapCopies; split plans on a CUDA GPU).
+  default puts them beside each other: OverlapCopies; split plans on a CUDA GPU);
+- ``block-copies``: ``block_copies=True``, a split's row slices and concat as 2-D copies
+  (LowerSlicesToBlockCopies; the default keeps them kernels; split plans on a CUDA GPU).
 
 All builds of a model are timed interleaved in one process, so the ratios are what the options
 change; each is compared with its plan's first build (``unfused`` where it is built). Plans:
@@ -46,6 +48,7 @@ BUILDS = {
     "fused": ({}, lambda plan, cuda: True),
     "fused+graph": ({"cuda_graph": True}, lambda plan, cuda: cuda and plan == "gpu-only"),
     "one-stream": ({"overlap": False}, lambda plan, cuda: cuda and plan != "gpu-only"),
+    "block-copies": ({"block_copies": True}, lambda plan, cuda: cuda and plan != "gpu-only"),
 }
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}

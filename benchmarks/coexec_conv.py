@@ -31,6 +31,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from coexec_summary import (  # noqa: E402 - the sibling module, after the path
+    KERNEL_SLICES,
+    SERIAL,
+    base_variant,
+    print_table,
+    summaries,
+    summarize,
+)
+
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "conv2d.csv"
 # GPU shares: rows, and channels in sixteenths (GPU kernels tile channels by 8 or 16)
 RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97),
@@ -38,7 +48,11 @@ RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97),
 # shares also built with one stream for kernels and copies (``overlap=False``): the
 # before/after of OverlapCopies
 SERIAL_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
-SERIAL = "/one-stream"  # variant suffix
+# splits are built with block copies (LowerSlicesToBlockCopies, ``block_copies=True``); these
+# row shares also with slice and concat kernels (the compile default): its before/after
+# (channel splits of batch 1 have no slice or concat to lower)
+SPLIT_OPTIONS = {"block_copies": True}
+KERNEL_SLICE_RATIOS = {"H": (0.7, 0.8, 0.9, 0.95), "OC": ()}
 # shares whose two parts are also built alone, to measure what a split adds to its parts
 PART_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
 PARTS = ("gpu-part:", "cpu-part:")  # variant prefixes
@@ -90,16 +104,19 @@ def conv_module(s: dict, seed: int = 0, pads: tuple[int, int, int, int] | None =
 
 
 def variants(mod) -> dict:
-    """Variant name -> (plan, overlap)."""
+    """Variant name -> (plan, compile options other than the pair's defaults)."""
     from codl_tvm import Plan
 
-    plans = {"cpu-only": (Plan.single(mod, "cpu"), None),
-             "gpu-only": (Plan.single(mod, "gpu"), None)}
+    plans = {"cpu-only": (Plan.single(mod, "cpu"), {}),
+             "gpu-only": (Plan.single(mod, "gpu"), {})}
     for dim in ("H", "OC"):
         for r in RATIOS[dim]:
-            plans[f"{dim}@{r}"] = (Plan.uniform(mod, dim, r), None)
+            plans[f"{dim}@{r}"] = (Plan.uniform(mod, dim, r), SPLIT_OPTIONS)
         for r in SERIAL_RATIOS[dim]:
-            plans[f"{dim}@{r}{SERIAL}"] = (Plan.uniform(mod, dim, r), False)
+            plans[f"{dim}@{r}{SERIAL}"] = (Plan.uniform(mod, dim, r),
+                                            {**SPLIT_OPTIONS, "overlap": False})
+        for r in KERNEL_SLICE_RATIOS[dim]:
+            plans[f"{dim}@{r}{KERNEL_SLICES}"] = (Plan.uniform(mod, dim, r), {})
     return plans
 
 
@@ -135,7 +152,7 @@ def build(args: argparse.Namespace) -> None:
     shapes = every[: args.limit] if args.limit else every
     # the smallest weights: the shape whose split outputs are checked against GPU-only
     check = min(every, key=lambda s: s["ic"] * s["oc"] * s["kh"] * s["kw"])
-    part, parts = (int(x) for x in args.shard.split("/"))
+    shard, shards = (int(x) for x in args.shard.split("/"))
     manifest = []
 
     def export(s: dict, name: str, exe, keep: bool) -> None:
@@ -144,19 +161,19 @@ def build(args: argparse.Namespace) -> None:
         manifest.append({"shape": s, "name": shape_name(s), "variant": name,
                          "path": str(path.relative_to(out)), "checked": keep})
 
-    for s in shapes[part::parts]:
+    for s in shapes[shard::shards]:
         mod = codl_tvm.load_model(conv_module(s))
         keep = s is check
-        for name, (plan, overlap) in variants(mod).items():
+        for name, (plan, options) in variants(mod).items():
             t0 = time.time()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exe = codl_tvm.compile(mod, pair, plan, overlap=overlap)
+                exe = codl_tvm.compile(mod, pair, plan, **options)
             if "@" in name and not exe.manifest["staging"]:
                 continue  # the share leaves the CPU no rows: GPU-only under another name
             export(s, name, exe, keep)
             dim, _, ratio = name.partition("@")
-            if (overlap is None and ratio and float(ratio) in PART_RATIOS[dim]
+            if (options == SPLIT_OPTIONS and ratio and float(ratio) in PART_RATIOS[dim]
                     and exe.manifest["staging"]):
                 mods = part_modules(s, dim, exe.manifest["staging"])
                 for role, sub in (mods or {}).items():
@@ -164,7 +181,7 @@ def build(args: argparse.Namespace) -> None:
                     part = codl_tvm.compile(sub, pair, codl_tvm.Plan.single(sub, role))
                     export(s, f"{role}-part:{name}", part, False)
             print(f"{shape_name(s):28s} {name:10s} {time.time() - t0:5.1f} s", flush=True)
-    index = out / ("index.json" if parts == 1 else f"index-{part}.json")
+    index = out / ("index.json" if shards == 1 else f"index-{shard}.json")
     index.write_text(json.dumps({"pair": pair.to_json(), "runs": manifest}, indent=1))
 
 
@@ -201,6 +218,48 @@ def copy_floor(sizes_mb: tuple[int, ...] = (1, 2, 8), repeat: int = 20) -> list[
                 us = 1e6 * float(np.median(ts))
                 rows.append({"mb": mb, "memory": memory, "direction": direction, "us": us,
                              "gb_per_s": (n * 4) / us / 1e3})
+    return rows
+
+
+def block_copy_floor(sizes_mb: tuple[int, ...] = (1, 2, 8), repeat: int = 20) -> list[dict]:
+    """2-D block copies (``codl.copy_block``) of a row block, as a split moves it: rows 1..h
+    of a (1, 64, h+1, 256) tensor to and from pinned host memory and within the GPU, beside
+    TVM's contiguous copy within the GPU (median us; copy and sync)."""
+    import tvm
+
+    from codl_tvm import runtime, streams
+
+    gpu, cpu = tvm.cuda(0), tvm.cpu(0)
+    rows: list[dict] = []
+    if not gpu.exist:
+        return rows
+    c, w = 64, 256
+    for mb in sizes_mb:
+        h = mb * (1 << 20) // (4 * c * w)
+        row = 4 * w
+        out_of = (row, (h + 1) * row, 0, h * row, h * row, c)  # rows 1..h of the taller one
+        into = (0, h * row, row, (h + 1) * row, h * row, c)
+        whole = tvm.runtime.empty((1, c, h + 1, w), "float32", gpu)
+        block = tvm.runtime.empty((1, c, h, w), "float32", gpu)
+        other = tvm.runtime.empty((1, c, h, w), "float32", gpu)
+        host = runtime.host_tensor([1, c, h, w], "float32", cpu, pinned=True)
+        cases = {"d2h": (streams.copy_block, whole, host, out_of),
+                 "h2d": (streams.copy_block, host, whole, into),
+                 "d2d": (streams.copy_block, whole, block, out_of),
+                 "d2d contiguous (TVM)": (None, block, other, ())}
+        for direction, (copy, src, dst, geometry) in cases.items():
+            ts = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                if copy is None:
+                    src.copyto(dst)
+                else:
+                    copy(src, dst, *geometry)
+                gpu.sync()
+                ts.append(time.perf_counter() - t0)
+            us = 1e6 * float(np.median(ts))
+            rows.append({"mb": mb, "direction": direction, "us": us,
+                         "gb_per_s": (4 * c * h * w) / us / 1e3})
     return rows
 
 
@@ -242,11 +301,12 @@ def run(args: argparse.Namespace) -> None:
                 times[variant].append(rn.time(inputs[variant], repeat=args.repeat,
                                               number=args.number))
         for variant, ts in times.items():
-            dim, _, ratio = variant.removesuffix(SERIAL).partition(":")[-1].partition("@")
+            dim, _, ratio = base_variant(variant).partition(":")[-1].partition("@")
             rows.append({"shape": name, "variant": variant, "dim": dim if ratio else "",
                          "part": variant.partition(":")[0] if ":" in variant else None,
                          "ratio": float(ratio) if ratio else None,
                          "overlap": not variant.endswith(SERIAL),
+                         "block_copies": not variant.endswith(KERNEL_SLICES),
                          "latency_ms": 1e3 * float(np.median(ts)),
                          "spread_ms": 1e3 * float(np.max(ts) - np.min(ts))})
         summary = summarize([r for r in rows if r["shape"] == name])
@@ -254,21 +314,13 @@ def run(args: argparse.Namespace) -> None:
               f"best split {summary['best_split']:9s} {summary['split_ms']:8.3f}  "
               f"speedup {summary['speedup']:.3f}", flush=True)
     floor = copy_floor()
+    blocks = block_copy_floor()
     sms = int(args.sms) if args.sms.isdigit() else args.sms
     result = {"pair": index["pair"], "sms": sms, "variants": rows, "checks": checks,
-              "copy_floor": floor, "command": " ".join(sys.argv)}
+              "copy_floor": floor, "block_copy_floor": blocks, "command": " ".join(sys.argv)}
     result["rows"] = summaries(rows, {r["name"]: r["shape"] for r in index["runs"]}, floor)
     Path(args.json).write_text(json.dumps(result, indent=1))
     print_table(result)
-
-
-def summaries(rows: list[dict], shapes: dict[str, dict], floor: list[dict]) -> list[dict]:
-    out = []
-    for name in dict.fromkeys(r["shape"] for r in rows):
-        s = summarize([r for r in rows if r["shape"] == name])
-        s.update(split_overhead(s, shapes[name], floor))
-        out.append(s)
-    return out
 
 
 def report(args: argparse.Namespace) -> None:
@@ -287,84 +339,6 @@ def report(args: argparse.Namespace) -> None:
                                result["copy_floor"])
     Path(args.output).write_text(json.dumps(result, indent=1))
     print_table(result)
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Best single processor and best (overlapped) split of one shape; overlapped / one-stream
-    latency ratios."""
-    by = {r["variant"]: r["latency_ms"] for r in rows}
-    splits = {k: v for k, v in by.items() if "@" in k and SERIAL not in k and ":" not in k}
-    serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
-              for k, v in by.items() if k.endswith(SERIAL)}
-    best = min(splits, key=splits.get)
-    single = min(by["cpu-only"], by["gpu-only"])
-    return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
-            "best_split": best, "split_ms": splits[best], "speedup": single / splits[best],
-            "best_h": min((k for k in splits if k.startswith("H")), key=splits.get),
-            "best_oc": min((k for k in splits if k.startswith("OC")), key=splits.get),
-            "overlap_over_one_stream": serial,
-            "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
-            # what each split with measured parts adds to the slower of its parts
-            "measured_overhead_us": {
-                k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]))
-                for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}}
-
-
-def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
-    """What the best split costs beyond its parts: split_ms - max(GPU part, CPU part + its
-    copies). Measured where the split's parts were built alone (the CPU part's artifact moves
-    its input and output through pinned memory, as the split does); else estimated, the
-    parts scaled from the single-processor times by share and the copies at the pinned
-    bandwidth of ``floor``."""
-    gain = min(s["cpu_ms"], s["gpu_ms"]) - s["ideal_ms"]
-    shares = {"ideal_gain_share": gain / min(s["cpu_ms"], s["gpu_ms"]),
-              "gain_reached": ((min(s["cpu_ms"], s["gpu_ms"]) - s["split_ms"]) / gain
-                               if gain > 0 else None)}
-    if s["best_split"] in s["measured_overhead_us"]:
-        return {"overhead_us": s["measured_overhead_us"][s["best_split"]],
-                "overhead_from": "parts", **shares}
-    dim, _, ratio = s["best_split"].partition("@")
-    r = float(ratio)
-    oh, ow = shape["h"] // shape["sh"], shape["w"] // shape["sw"]
-    if dim == "H":
-        rows_in = (1 - r) * oh * shape["sh"] + shape["kh"] - 1  # the CPU's rows and halo
-        bytes_in = 4 * rows_in * shape["w"] * shape["ic"]
-        bytes_out = 4 * (1 - r) * oh * ow * shape["oc"]
-    else:
-        bytes_in = 4 * shape["h"] * shape["w"] * shape["ic"]
-        bytes_out = 4 * (1 - r) * shape["oc"] * oh * ow
-    gbps = {f["direction"]: f["gb_per_s"] for f in floor if f["memory"] == "pinned"
-            and f["mb"] == 8} or {"d2h": float("inf"), "h2d": float("inf")}  # no CUDA here
-    copy_ms = (bytes_in / gbps["d2h"] + bytes_out / gbps["h2d"]) / 1e6
-    parts_ms = max(s["gpu_ms"] * r, s["cpu_ms"] * (1 - r) + copy_ms)
-    return {"overhead_us": 1e3 * (s["split_ms"] - parts_ms), "overhead_from": "estimate",
-            **shares}
-
-
-def print_table(result: dict) -> None:
-    print(f"\nSMs: {result['sms']}")
-    print("shape                         cpu-only ms  gpu-only ms  ideal ms  best split "
-          "  split ms  speedup  gain reached  overhead us  overlap/one-stream (H@0.9, OC@0.875)")
-    for s in result["rows"]:
-        reached = s["gain_reached"]
-        st = s["overlap_over_one_stream"]
-        print(f"{s['shape']:28s} {s['cpu_ms']:11.3f} {s['gpu_ms']:12.3f} {s['ideal_ms']:9.3f}"
-              f"  {s['best_split']:10s} {s['split_ms']:9.3f} {s['speedup']:8.3f} "
-              f"{'-' if reached is None else f'{reached:12.0%}':>12s} {s['overhead_us']:11.0f}"
-              f"{'*' if s['overhead_from'] == 'estimate' else ' '}"
-              f" {st.get('H@0.9', float('nan')):.3f}, {st.get('OC@0.875', float('nan')):.3f}")
-    print("(* estimated from the single-processor times; the rest measured against the parts)")
-    print("\nmeasured overhead of each split over the slower of its parts (us):")
-    for s in result["rows"]:
-        cells = "  ".join(f"{k} {v:6.0f}" for k, v in s["measured_overhead_us"].items())
-        print(f"{s['shape']:28s} {cells}")
-    print("\ncopy floor (TVM copies, median us):")
-    for f in result["copy_floor"]:
-        print(f"  {f['mb']:2d} MB {f['memory']:8s} {f['direction']}: {f['us']:8.1f} us "
-              f"({f['gb_per_s']:.1f} GB/s)")
-    if result["checks"]:
-        worst = max(c["rel_error"] for c in result["checks"])
-        print(f"\nsplit vs GPU-only outputs on the real devices: worst relative error {worst:.2e}")
 
 
 def main() -> None:

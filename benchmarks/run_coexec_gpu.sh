@@ -32,9 +32,9 @@ trace() {  # $1: label; the rest: SHAPE/VARIANT artifacts
   timeout 100 python benchmarks/trace_split.py "${@/#/$art/}" > "$OUT/traces-$label.txt" 2>&1 \
     || echo "trace failed" >> "$OUT/traces-$label.txt"
 }
-[ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_one-stream \
-  13x13x1024-512-k1s1/OC_0.875 13x13x1024-512-k1s1/OC_0.875_one-stream \
-  104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_one-stream 104x104x64-128-k3s1/gpu-only
+# row splits with block copies and with slice / concat kernels (their twins), and GPU-only
+[ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_kernel-slices \
+  104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_kernel-slices 104x104x64-128-k3s1/gpu-only
 
 # the edge configuration: MPS holds this process's kernels to a few SMs; always stopped
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
@@ -45,6 +45,5 @@ export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
 n=$(sms)
 echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/machine.txt"
 [ "$WHAT" = traces ] || run "$n" coexec-edge
-[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.7 104x104x64-128-k3s1/H_0.7_one-stream \
-  104x104x64-128-k3s1/OC_0.6875 104x104x64-128-k3s1/OC_0.6875_one-stream \
-  13x13x1024-1024-k3s1/OC_0.6875 13x13x1024-1024-k3s1/OC_0.6875_one-stream
+[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_kernel-slices \
+  104x104x64-128-k3s1/H_0.7 104x104x64-128-k3s1/H_0.7_kernel-slices 104x104x64-128-k3s1/gpu-only

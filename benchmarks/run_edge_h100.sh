@@ -66,6 +66,6 @@ bench)
     > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
   edge timeout 290 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 260 \
     > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
-  tail -40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
+  tail -n 40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
 *) echo "stage: calib | oracle | options | checks | bench" >&2; exit 1 ;;
 esac

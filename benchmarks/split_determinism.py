@@ -51,7 +51,7 @@ def build(args: argparse.Namespace) -> int:
                 plan = Plan.single(mod, "gpu")
                 plan.ops[op] = placement
                 name = f"{model}.{op}.{dim}{ratio}"
-                exe = codl_tvm.compile(mod, pair, plan)
+                exe = codl_tvm.compile(mod, pair, plan, block_copies=args.block_copies)
                 if not exe.manifest["staging"]:  # the ratio leaves a device nothing
                     continue
                 exe.export(out / name, weights=False, overwrite=True)
@@ -95,6 +95,8 @@ def main() -> int:
     b.add_argument("--splits", default="OC@0.75,H@0.5", help="DIM@GPU_SHARE,...")
     b.add_argument("--ops", default="", help="only ops whose id starts so (e.g. matmul,conv2d_1)")
     b.add_argument("--out", default=".devcarry/determinism")
+    b.add_argument("--block-copies", action="store_true",
+                   help="split with block copies (results/split-determinism-block-copies.json)")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
     r.add_argument("-o", "--output", required=True)

@@ -223,6 +223,13 @@ class DevicePair:
         streams and events TVM's device API offers (:class:`~codl_tvm.passes.OverlapCopies`)."""
         return self.gpu_spec["kind"] == "cuda"
 
+    @property
+    def runs_block_copies(self) -> bool:
+        """True where a split's row slices and concat can be 2-D copies: a CUDA GPU
+        (``cudaMemcpy2DAsync``; :class:`~codl_tvm.passes.LowerSlicesToBlockCopies`, off by
+        default: measured end to end, it did not pay)."""
+        return self.gpu_spec["kind"] == "cuda"
+
     def runtime_kind(self, role: str) -> str:
         spec = self.gpu_spec if role == "gpu" else self.cpu_spec
         return _RUNTIME_KIND[spec["kind"]]

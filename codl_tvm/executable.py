@@ -113,7 +113,7 @@ class Executable:
 def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
     variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
-    overlap: bool | None = None,
+    overlap: bool | None = None, block_copies: bool = False,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -142,13 +142,23 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         Run kernels on a stream of their own so that a split's copies overlap them
         (:class:`~codl_tvm.passes.OverlapCopies`); None: where the GPU is CUDA. Needs
         ``staging``. Recorded in the manifest (``overlap``).
+    block_copies : bool
+        Move a split's row slices and its concat with 2-D copies instead of kernels
+        (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`; CUDA GPUs and the CPU pair). Off
+        by default: on an H200 held to 8 SMs it made codl plans 0.97-1.02x as fast
+        (``benchmarks/COEXEC.md``); it pays on large activations at few SMs. Needs
+        ``staging``. Recorded in the manifest (``block_copies``).
     """
     if plan is not None:
         plan.validate(mod)
+    if block_copies and not (pair.runs_block_copies or pair.is_cpu_only):
+        raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); pair {pair.name!r} "
+                         f"has a {pair.gpu_spec['kind']} GPU")
     _warn_old_switches()
     with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
-                                cuda_graph=cuda_graph, overlap=overlap)(mod)
+                                cuda_graph=cuda_graph, overlap=overlap,
+                                block_copies=block_copies)(mod)
         lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
         staging = list(_module_attr(lowered, STAGING_ATTR, []))
         lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
@@ -157,6 +167,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
     manifest["fused"] = bool(fuse)
     manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
+    manifest["block_copies"] = calls_extern(lowered, streams.COPY_BLOCK)
     # captured or not, as the lowering decided (a plan with a CPU op or a split is not)
     manifest["cuda_graph"] = any(gv.name_hint.endswith("cuda_graph_capture")
                                  for gv in lowered.functions)

@@ -18,6 +18,7 @@ from .passes import (
     CoExecutionPartition,
     FuseEpilogues,
     LiftDeviceConstants,
+    LowerSlicesToBlockCopies,
     OverlapCopies,
     StageCrossDeviceCopies,
     WriteSplitOutputsInPlace,
@@ -51,12 +52,13 @@ def default_gpu_schedule() -> tvm.transform.Pass:
     )
 
 
-def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False
-                 ) -> list[tvm.transform.Pass]:
+def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False,
+                 block_copies: bool = False) -> list[tvm.transform.Pass]:
     """TVM's default VM lowering minus StaticPlanBlockMemory; ``staging`` adds
     :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once),
     ``overlap`` (with ``staging``) :class:`OverlapCopies` (kernels on a stream of their own,
-    copies ordered by events).
+    copies ordered by events), ``block_copies`` (with ``staging``)
+    :class:`LowerSlicesToBlockCopies` (a split's row slices and concat as 2-D copies).
 
     TVM 0.27's static planner reuses one device's storage for another device's tensor in
     split-then-concat modules (apache/tvm#20207): a CPU kernel then writes into GPU memory.
@@ -77,6 +79,7 @@ def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool 
         rt.KillAfterLastUse(),
         rt.LowerRuntimeBuiltin(),
         *([StageCrossDeviceCopies(), WriteSplitOutputsInPlace()] if staging else []),
+        *([LowerSlicesToBlockCopies()] if staging and block_copies else []),
         *([OverlapCopies()] if staging and overlap else []),
         rt.ComputePrimValue(),
         rt.VMShapeLower(),
@@ -143,6 +146,7 @@ def texture_phases(
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
     fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
+    block_copies: bool = False,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
@@ -159,7 +163,9 @@ def phases(
 
     ``overlap`` (default: where the GPU is CUDA) puts the kernels on a stream of their own so
     that a split's copies run beside them (:class:`~codl_tvm.passes.OverlapCopies`; with
-    ``staging`` only).
+    ``staging`` only). ``block_copies`` moves a split's row slices and concat with 2-D copies
+    instead of kernels (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`; with ``staging``,
+    on a CUDA GPU or the CPU pair; off by default).
 
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
@@ -173,7 +179,8 @@ def phases(
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", [schedule_pass()]),
         ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan),
-                               pair.overlaps_copies if overlap is None else overlap)),
+                               pair.overlaps_copies if overlap is None else overlap,
+                               block_copies)),
     ]
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
@@ -189,13 +196,13 @@ def graph_applies(pair: DevicePair, plan: Plan) -> bool:
 def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
-    cuda_graph: bool = False, overlap: bool | None = None,
+    cuda_graph: bool = False, overlap: bool | None = None, block_copies: bool = False,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
-    when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``:
-    see :func:`phases`.
+    when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``,
+    ``block_copies``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -205,7 +212,8 @@ def codl_pipeline(
         )
         seq: list[tvm.transform.Pass] = []
         for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
-                                   cuda_graph=cuda_graph, overlap=overlap):
+                                   cuda_graph=cuda_graph, overlap=overlap,
+                                   block_copies=block_copies):
             seq.extend(passes)
             if name == until:
                 break

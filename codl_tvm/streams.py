@@ -23,12 +23,21 @@ with one tensor of the GPU (its device names the streams):
 Each is a Python function registered with TVM's FFI; a call from the VM costs about 0.2 us
 (measured) plus the CUDA call. On a CPU device they do nothing, which is what the CPU pair's
 tests run. Importing this module registers them; :mod:`codl_tvm.runtime` does.
+
+``COPY_BLOCK`` (:func:`copy_block`) is the copy :class:`~codl_tvm.passes.LowerSlicesToBlockCopies`
+puts where a split sliced or concatenated with kernels: one 2-D copy (``cudaMemcpy2DAsync``,
+run by the GPU's copy engines, not its SMs) of a block of rows or channels between two
+tensors, from the full tensor or into it. A copy that crosses the bus goes on the copy stream;
+one within the GPU on the stream the kernels are on, so it stays in order with them.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 from typing import Any
 
+import numpy as np
 import tvm
 
 BEGIN = "codl.streams.begin"
@@ -36,13 +45,17 @@ COPIES_WAIT = "codl.streams.copies_wait_for_kernels"
 KERNELS_WAIT = "codl.streams.kernels_wait_for_copies"
 HOST_WAITS = "codl.streams.host_waits_for_copies"
 END = "codl.streams.end"
+COPY_BLOCK = "codl.copy_block"
 COPY_STREAM = 0  # the legacy default stream, where TVM's copies run
+CPU, CUDA = 1, 2  # DLPack device types
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the driver tells host from device by address (UVA)
 
 _create = tvm.get_global_func("runtime.Device_StreamCreate")
 _set = tvm.get_global_func("runtime.Device_SetStream")
 _sync = tvm.get_global_func("runtime.Device_StreamSync")
 _order = tvm.get_global_func("runtime.Device_StreamSyncFromTo")  # (dev, first, then)
 _kernel_streams: dict[tuple[int, int], int] = {}
+_on_kernel_stream: set[tuple[int, int]] = set()  # devices between BEGIN and END
 
 
 def kernel_stream(dev: Any) -> int:
@@ -53,12 +66,17 @@ def kernel_stream(dev: Any) -> int:
     return _kernel_streams[key]
 
 
+def _key(dev: Any) -> tuple[int, int]:
+    return int(dev.dlpack_device_type()), int(dev.index)
+
+
 def _begin(t: Any) -> None:
     dev = t.device
     _sync(dev, COPY_STREAM)
     stream = kernel_stream(dev)
     _set(dev, stream)
     _order(dev, COPY_STREAM, stream)
+    _on_kernel_stream.add(_key(dev))
 
 
 def _copies_wait(t: Any) -> None:
@@ -77,9 +95,69 @@ def _end(t: Any) -> None:
     dev = t.device
     _order(dev, kernel_stream(dev), COPY_STREAM)
     _set(dev, COPY_STREAM)
+    _on_kernel_stream.discard(_key(dev))
+
+
+def copy_block(src: Any, dst: Any, src_offset: int, src_pitch: int, dst_offset: int,
+               dst_pitch: int, width: int, height: int) -> None:
+    """Copy ``height`` rows of ``width`` bytes, each ``src_pitch`` apart from byte
+    ``src_offset`` of ``src``, to rows ``dst_pitch`` apart from ``dst_offset`` of ``dst``.
+
+    A row block of an NCHW tensor is one such 2-D copy: ``height`` = N*C, ``width`` = the
+    block's rows times W times the element size, the pitch the whole tensor's H*W*size.
+    Between CPU tensors it is a numpy copy (the CPU pair's tests run it); otherwise a
+    ``cudaMemcpy2DAsync`` that does not wait (the stream functions order it).
+    """
+    kinds = {int(t.device.dlpack_device_type()) for t in (src, dst)}
+    if kinds == {CPU}:
+        _host_rows(dst, dst_offset, dst_pitch, width, height)[...] = _host_rows(
+            src, src_offset, src_pitch, width, height)
+        return
+    if not kinds <= {CPU, CUDA}:
+        raise NotImplementedError(f"{COPY_BLOCK}: devices {sorted(kinds)}; CUDA and CPU only")
+    gpu = src.device if int(src.device.dlpack_device_type()) == CUDA else dst.device
+    stream = (kernel_stream(gpu) if kinds == {CUDA} and _key(gpu) in _on_kernel_stream
+              else COPY_STREAM)
+    err = _cudart().cudaMemcpy2DAsync(dst.data_ptr() + dst_offset, dst_pitch,
+                                      src.data_ptr() + src_offset, src_pitch, width, height,
+                                      MEMCPY_DEFAULT, stream)
+    if err:
+        raise RuntimeError(f"{COPY_BLOCK}: cudaMemcpy2DAsync failed with CUDA error {err}")
+
+
+def _host_rows(t: Any, offset: int, pitch: int, width: int, height: int) -> np.ndarray:
+    """The (height, width) bytes of a CPU tensor's rows as a numpy view."""
+    nbytes = offset + (height - 1) * pitch + width
+    raw = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(t.data_ptr()))
+    return np.lib.stride_tricks.as_strided(raw[offset:], (height, width), (pitch, 1))
+
+
+_CUDART: list[ctypes.CDLL] = []
+# newest first: the wheel's CUDA plugin links libcudart.so.13; PyTorch may load another beside it
+_CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+
+
+def _cudart() -> ctypes.CDLL:
+    """The CUDA runtime already loaded in this process (TVM's CUDA plugin loaded it), else
+    the first one found."""
+    if not _CUDART:
+        for mode in (os.RTLD_NOLOAD | os.RTLD_LAZY, os.RTLD_LAZY):
+            for name in _CUDART_NAMES:
+                try:
+                    lib = ctypes.CDLL(name, mode=mode)
+                except OSError:
+                    continue
+                size = ctypes.c_size_t
+                lib.cudaMemcpy2DAsync.argtypes = [ctypes.c_void_p, size, ctypes.c_void_p, size,
+                                                  size, size, ctypes.c_int, ctypes.c_void_p]
+                lib.cudaMemcpy2DAsync.restype = ctypes.c_int
+                _CUDART.append(lib)
+                return lib
+        raise RuntimeError(f"{COPY_BLOCK}: no CUDA runtime library (libcudart) found")
+    return _CUDART[0]
 
 
 FUNCTIONS = {BEGIN: _begin, COPIES_WAIT: _copies_wait, KERNELS_WAIT: _kernels_wait,
-             HOST_WAITS: _host_waits, END: _end}
+             HOST_WAITS: _host_waits, END: _end, COPY_BLOCK: copy_block}
 for _name, _func in FUNCTIONS.items():
     tvm.register_global_func(_name, _func, override=True)

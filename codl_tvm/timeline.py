@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .outputs import atomic_file
-from .planner.costs import move_us, overlapped, split_share_us, split_sharing_parts
+from .planner.costs import (
+    block_copies,
+    move_us,
+    overlapped,
+    split_share_us,
+    split_sharing_parts,
+)
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
@@ -155,13 +161,15 @@ def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs:
                      costs) -> float:
     """A split unit where its copies run beside its kernels (the planner's
     :class:`~codl_tvm.planner.search.UnitCost` with ``overlap``): the CPU's slice before both
-    parts, the GPU's slice on the GPU's lane, the copies on the CPU's, the concat after both."""
+    parts, the GPU's slice on the GPU's lane, the copies on the CPU's, the concat after both;
+    with block copies, the GPU part's copy into the output on the GPU's lane, no concat."""
     dim, ratio = unit[0]["dim"], unit[0]["ratio"]
     first, repeat = specs[unit[0]["op"]]
     last, last_repeat = specs[unit[-1]["op"]]
     back = move_us(costs, first, "to_gpu") * repeat if here == "cpu" else 0.0
-    pre = split_sharing_parts(costs.sharing_us, first, dim, ratio)
-    post = split_sharing_parts(costs.sharing_us, last, dim, ratio)
+    blocks = block_copies(costs)
+    pre = split_sharing_parts(costs.sharing_us, first, dim, ratio, blocks)
+    post = split_sharing_parts(costs.sharing_us, last, dim, ratio, blocks)
     lead, join = back + pre.lead_us * repeat, post.join_us * last_repeat
     t = _share(tl, t, lead, "slice + back" if back else "slice")
     ends = {"cpu": tl.add("cpu", t, pre.to_cpu_us * repeat, "to cpu", "share"),
@@ -170,11 +178,13 @@ def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs:
         times = _parts(tl, ends, row, specs, costs)
         side = {"cpu": (pre.to_cpu_us * repeat if i == 0 else 0.0)
                 + (post.to_gpu_us * last_repeat if i == len(unit) - 1 else 0.0),
-                "gpu": pre.gpu_slice_us * repeat if i == 0 else 0.0}
+                "gpu": (pre.gpu_slice_us * repeat if i == 0 else 0.0)
+                + (post.gpu_join_us * last_repeat if i == len(unit) - 1 else 0.0)}
         share = (lead if i == 0 else 0.0) + (join if i == len(unit) - 1 else 0.0)
         total = share + max(times["cpu"] + side["cpu"], times["gpu"] + side["gpu"])
         _fill(row, times["cpu"], times["gpu"], share + side["cpu"] + side["gpu"], total)
     ends["cpu"] = tl.add("cpu", ends["cpu"], post.to_gpu_us * last_repeat, "to gpu", "share")
+    ends["gpu"] = tl.add("gpu", ends["gpu"], post.gpu_join_us * last_repeat, "copy in", "share")
     return _share(tl, max(ends.values()), join, "concat")
 
 

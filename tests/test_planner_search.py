@@ -250,3 +250,34 @@ def test_overlapped_copies_delay_the_cpu_side_only():
         b = Evaluator(over, [node]).unit([node], "H", ratio)
         assert b.overlap and not a.overlap and b.share_us == pytest.approx(a.share_us)
         assert b.total_us <= a.total_us
+
+
+def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
+    from codl_tvm.device import DevicePair
+    from codl_tvm.planner.api import for_pair
+    from codl_tvm.planner.costs import (
+        AnalyticCosts,
+        BlockCopyCosts,
+        OverlappedCosts,
+        split_sharing_parts,
+    )
+
+    cuda = DevicePair.preset("x86-cuda", arch="sm_90")
+    assert type(for_pair(AnalyticCosts(), cuda)) is OverlappedCosts  # off by default
+    assert isinstance(for_pair(AnalyticCosts(), cuda, block_copies=True), BlockCopyCosts)
+    spec = OpSpec("conv2d", 28, 28, 4, 8, 3, 3, pad=(1,) * 4)
+    node = OpNode("conv2d_0", "conv2d", spec, 0, [1, 4, 28, 28], [1, 8, 28, 28], 4 * 8 * 9,
+                  ("H", "OC"), [], {"H": True, "OC": True}, 0)
+    for ratio in (0.3, 0.5, 0.8):
+        over = Evaluator(OverlappedCosts(AnalyticCosts()), [node]).unit([node], "H", ratio)
+        blocks = Evaluator(BlockCopyCosts(AnalyticCosts()), [node]).unit([node], "H", ratio)
+        assert over.lead_us > 0 and over.join_us > 0  # a slice kernel first, a concat last
+        assert blocks.lead_us == 0 and blocks.join_us == 0
+        assert blocks.cpu_side_us == pytest.approx(over.cpu_side_us)
+        # the GPU's rows and its part's copy into the output, on the GPU's side
+        parts = split_sharing_parts(AnalyticCosts().sharing_us, spec, "H", ratio, blocks=True)
+        assert parts.lead_us == parts.join_us == 0 and parts.gpu_join_us > 0
+        assert blocks.gpu_side_us == pytest.approx(parts.gpu_slice_us + parts.gpu_join_us)
+    # a channel split of a batch-1 output is written in place: nothing to copy in
+    oc = Evaluator(BlockCopyCosts(AnalyticCosts()), [node]).unit([node], "OC", 0.5)
+    assert oc.join_us == 0 and oc.gpu_side_us == 0

@@ -178,3 +178,17 @@ def test_compact_json_is_json_with_short_exponents():
     text = compact_json(doc)
     assert "e-05" not in text.replace('"e-05 stays"', "") and "8.481e-5" in text
     assert json.loads(text) == doc and " " not in text.replace("e-05 stays", "")
+
+
+def test_block_copies_are_priced_from_their_samples_or_as_the_slice_they_replace():
+    from codl_tvm.predictor.sharing import SharingModel
+
+    def rows(op, role, us_per_mb, base):
+        return [{"op": op, "role": role, "bytes": mb << 20, "latency_us": base + us_per_mb * mb}
+                for mb in (1, 2, 4, 8)]
+
+    slices = rows("slice", "gpu", 50.0, 5.0)
+    old = SharingModel().fit(slices)
+    assert old.cost("copy_gpu", "gpu", 4 << 20) == pytest.approx(old.cost("slice", "gpu", 4 << 20))
+    new = SharingModel().fit(slices + rows("copy_gpu", "gpu", 5.0, 3.0))
+    assert new.cost("copy_gpu", "gpu", 4 << 20) == pytest.approx(23.0, rel=0.05)

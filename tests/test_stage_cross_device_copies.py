@@ -92,15 +92,18 @@ def test_unsplit_models_have_no_staging():
     assert codl_tvm.compile(mod, PAIR).manifest["staging"] == []
 
 
-# overlap: also with OverlapCopies' rewrite (its stream functions do nothing on the CPU pair)
-@pytest.mark.parametrize("overlap", [None, True])
+# overlap: also with OverlapCopies' rewrite (its stream functions do nothing on the CPU pair);
+# block_copies: also with LowerSlicesToBlockCopies' (its copies are numpy copies on the CPU pair)
+@pytest.mark.parametrize(("overlap", "block_copies"),
+                         [(None, None), (True, None), (True, True), (False, True)])
 @settings(max_examples=12, deadline=None)
 @given(c=st.sampled_from([3, 8]), oc=st.sampled_from([8, 16]), h=st.integers(4, 14),
        k=st.sampled_from([1, 3, 5]), stride=st.sampled_from([1, 2]),
        depthwise=st.booleans(), dim=st.sampled_from(["H", "OC"]),
        ratio=st.sampled_from([0.1, 0.5, 0.93]))
 def test_staged_splits_equal_the_unsplit_model_run_after_run(c, oc, h, k, stride, depthwise,
-                                                            dim, ratio, overlap):
+                                                            dim, ratio, overlap,
+                                                            block_copies):
     if depthwise:
         oc = c
     mod = conv_model(c, oc, h, k, stride, c if depthwise else 1)
@@ -108,7 +111,7 @@ def test_staged_splits_equal_the_unsplit_model_run_after_run(c, oc, h, k, stride
     with warnings.catch_warnings():  # a ratio that leaves a device no rows runs whole
         warnings.simplefilter("ignore")
         exe = codl_tvm.compile(mod, PAIR, codl_tvm.Plan.uniform(mod, dim, ratio),
-                               overlap=overlap)
+                               overlap=overlap, block_copies=block_copies)
     rng = np.random.default_rng(h)
     for _ in range(3):  # the staging buffers are reused: each run must see only its input
         x = rng.standard_normal((1, c, h, h + 1)).astype("float32")

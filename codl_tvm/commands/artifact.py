@@ -39,6 +39,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true",
                    help="one CUDA stream for kernels and copies (default on a CUDA GPU: "
                         "kernels on a stream of their own, a split's copies beside them)")
+    p.add_argument("--block-copies", action="store_true",
+                   help="slice and join a split's rows with 2-D copies instead of kernels "
+                        "(CUDA; pays on large activations at few SMs; plan with the same flag)")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -52,7 +55,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
-                  cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None)
+                  cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None,
+                  block_copies=args.block_copies)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

@@ -51,10 +51,10 @@ def _costs(args: argparse.Namespace):
 
 def _as_run(costs, pair_name: str, arch: str | None):
     """Predicted costs priced as the pair runs a split: its copies beside its kernels where
-    the GPU is CUDA (:class:`~codl_tvm.planner.costs.OverlappedCosts`), as the planner does.
+    the GPU is CUDA (:func:`~codl_tvm.planner.api.for_pair`), as the planner does.
     A pair this machine cannot rebuild from its name is priced with one stream."""
     from ..device import DevicePair
-    from ..planner.costs import OverlappedCosts
+    from ..planner.api import for_pair
 
     try:
         with warnings.catch_warnings():
@@ -63,7 +63,7 @@ def _as_run(costs, pair_name: str, arch: str | None):
             pair = DevicePair.parse(pair_name, arch=arch or "sm_90")
     except ValueError:
         return costs
-    return OverlappedCosts(costs) if pair.overlaps_copies else costs
+    return costs if pair.is_cpu_only else for_pair(costs, pair)
 
 
 def _run(args: argparse.Namespace) -> int:

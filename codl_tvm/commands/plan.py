@@ -39,6 +39,8 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--strategy", default="codl", choices=list(STRATEGIES))
     p.add_argument("-o", "--output", required=True, help="plan JSON to write")
+    p.add_argument("--block-copies", action="store_true",
+                   help="price splits as `compile --block-copies` builds them (2-D copies)")
 
 
 def _run_plan(args: argparse.Namespace) -> int:
@@ -49,7 +51,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     costs = None
     if args.strategy not in ("cpu-only", "gpu-only"):
         want = "measured" if STRATEGIES[args.strategy].measured else args.predictor
-        costs = resolve_costs(want, pair, mod, cache)
+        costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies)
     result = make_plan(mod, args.strategy, costs)
     result.plan.save(args.output, inputs=[path for path in (args.model, args.predictor, cache)
                                           if path and Path(path).exists()])

@@ -5,6 +5,7 @@ from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
 from .fuse_epilogues import FuseEpilogues
 from .lift_device_constants import LiftDeviceConstants
+from .lower_slices_to_block_copies import LowerSlicesToBlockCopies
 from .overlap_copies import OverlapCopies
 from .stage_cross_device_copies import StageCrossDeviceCopies
 from .texture_scope import AnnotateTextureScope
@@ -12,6 +13,6 @@ from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
     "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "FuseEpilogues",
-    "LiftDeviceConstants", "OverlapCopies",
+    "LiftDeviceConstants", "LowerSlicesToBlockCopies", "OverlapCopies",
     "StageCrossDeviceCopies", "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]

@@ -29,6 +29,9 @@ Rules, each a wait the one-stream code got for free:
   host waits for it at once;
 - ``main`` starts with ``BEGIN`` and ends with ``END``.
 
+A 2-D copy (``COPY_BLOCK``, :class:`LowerSlicesToBlockCopies`) between the devices follows the
+same rules as a copy; one within the GPU runs on the kernel stream, as the kernel it replaced.
+
 The stream functions take a GPU tensor of ``main`` (its first GPU parameter) to name the
 device. On devices without streams they do nothing, so the pass can run, and be checked, on
 the CPU pair.
@@ -101,9 +104,15 @@ class _Overlap:
         roles = {self._role(a) for a in value.args if isinstance(a, relax.Var)}
         return roles == {self.gpu}
 
+    def _within_gpu(self, value: relax.Expr) -> bool:
+        """A 2-D copy within the GPU (on the kernel stream, like a kernel)."""
+        return (is_extern(value, streams.COPY_BLOCK)
+                and {self._role(a) for a in value.args[:2]} == {self.gpu})
+
     def _quiet(self, value: relax.Expr) -> bool:
         """Issued by the host without reading or writing tensor data on the host."""
-        return (self._is_gpu_kernel(value) or is_op(value, ALLOC_TENSOR)
+        return (self._is_gpu_kernel(value) or self._within_gpu(value)
+                or is_op(value, ALLOC_TENSOR)
                 or is_op(value, ALLOC_STORAGE) or isinstance(value, relax.Var)
                 or any(is_extern(value, s) for s in _ASYNC_EXTERNS))
 
@@ -122,10 +131,13 @@ class _Overlap:
         return var
 
     def rewrite(self) -> list[relax.Binding]:
-        uploads = {b.value.args[1] for b in self.bindings if is_extern(b.value, COPY)
+        uploads = {b.value.args[1] for b in self.bindings if _is_copy(b.value)
                    and self._role(b.value.args[0]) == self.cpu
                    and self._role(b.value.args[1]) == self.gpu}
-        landing = {v: p for v in uploads if (p := self._landing(v)) is not None}
+        # a 2-D copy writes part of a tensor that kernels write too: it stays in the pool
+        landing = {b.value.args[1]: p for b in self.bindings if is_extern(b.value, COPY)
+                   and b.value.args[1] in uploads
+                   and (p := self._landing(b.value.args[1])) is not None}
         landing_storage = {self.defs[v].args[0] for v in landing}
         out: list[relax.Binding] = [_call(streams.BEGIN, self.ref)]
         pending = False  # a copy to the host is in flight, the host has not waited
@@ -158,12 +170,14 @@ class _Overlap:
                 out[at:at] = [_call(streams.COPIES_WAIT, self.ref), b]
                 pending = True
                 freed = any(is_op(o.value, KILL) and self._frees(o.value) for o in out[at + 2:])
-            elif is_extern(v, COPY) and v.args[1] in uploads:
+            elif self._within_gpu(v):
+                out.append(b)
+            elif _is_copy(v) and v.args[1] in uploads:
                 if v.args[1] in fresh:
                     out.append(_call(streams.COPIES_WAIT, self.ref))
                     freed = False
                 out += [b, _call(streams.KERNELS_WAIT, self.ref)]
-            elif is_extern(v, COPY):  # devices unknown here: ordered every way
+            elif _is_copy(v):  # devices unknown here: ordered every way
                 out += [_call(streams.COPIES_WAIT, self.ref), b,
                         _call(streams.HOST_WAITS, self.ref),
                         _call(streams.KERNELS_WAIT, self.ref)]
@@ -206,7 +220,7 @@ class _Overlap:
         return {root} | {b.var for b in self.bindings if self._root(b.var).same_as(root)}
 
     def _is_download(self, value: relax.Expr) -> bool:
-        return (is_extern(value, COPY) and self._role(value.args[0]) == self.gpu
+        return (_is_copy(value) and self._role(value.args[0]) == self.gpu
                 and self._role(value.args[1]) == self.cpu)
 
 
@@ -246,9 +260,14 @@ def _after_last_mention(out: list[relax.Binding], names: set[relax.Expr]) -> int
     return len(out)
 
 
+def _is_copy(value: relax.Expr) -> bool:
+    """A copy that the copy stream runs (TVM's, or a 2-D one between the devices)."""
+    return is_extern(value, COPY) or is_extern(value, streams.COPY_BLOCK)
+
+
 def _crosses(func: relax.Function) -> bool:
     """``main`` copies between the devices."""
     found = []
     relax.analysis.post_order_visit(func, lambda e: found.append(1) if (
-        is_extern(e, COPY) or is_extern(e, TO_DEVICE)) else None)
+        _is_copy(e) or is_extern(e, TO_DEVICE)) else None)
     return bool(found)

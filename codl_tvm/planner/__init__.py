@@ -23,7 +23,7 @@ _LAZY = {
     "oracle_jobs": "api", "PlanResult": "api", "build_graph": "opgraph", "ModelGraph": "opgraph",
     "STRATEGIES": "strategies", "Options": "strategies", "PredictorCosts": "costs",
     "MeasuredCosts": "costs", "AnalyticCosts": "costs", "CostSource": "costs",
-    "SerialCosts": "costs", "OverlappedCosts": "costs",
+    "SerialCosts": "costs", "OverlappedCosts": "costs", "BlockCopyCosts": "costs",
 }  # fmt: skip
 
 __all__ = sorted(_LAZY)

@@ -11,7 +11,14 @@ import tvm
 
 from ..device import DevicePair
 from ..plan import Chain, OpPlacement, Plan
-from .costs import CostSource, MeasuredCosts, OverlappedCosts, PredictorCosts, SerialCosts
+from .costs import (
+    BlockCopyCosts,
+    CostSource,
+    MeasuredCosts,
+    OverlappedCosts,
+    PredictorCosts,
+    SerialCosts,
+)
 from .memory import layout_memory
 from .opgraph import ModelGraph, build_graph
 from .search import Evaluator, Layout, ideal_us, layout_cost
@@ -152,22 +159,30 @@ def _dims_of(mg: ModelGraph, spec) -> set[str]:
 
 def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None = None,
                   cache: str | Path | None = None,
-                  remote: dict[str, Any] | None = None) -> CostSource | None:
+                  remote: dict[str, Any] | None = None, block_copies: bool = False
+                  ) -> CostSource | None:
     """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default.
 
-    The source is wrapped for the pair (:func:`for_pair`).
+    The source is wrapped for the pair (:func:`for_pair`; ``block_copies``: for plans built
+    with them).
     """
-    return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair)
+    return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair, block_copies)
 
 
-def for_pair(costs: CostSource | None, pair: DevicePair) -> CostSource | None:
+def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool = False
+             ) -> CostSource | None:
     """``costs`` as ``pair`` runs splits: wrapped in :class:`SerialCosts` where its roles
-    share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels."""
+    share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels,
+    in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (plans for
+    ``compile(..., block_copies=True)``)."""
     if costs is None:
         return None
     if pair.is_cpu_only:
         return SerialCosts(costs)
-    return OverlappedCosts(costs) if pair.overlaps_copies else costs
+    if not pair.overlaps_copies:
+        return costs
+    blocks = block_copies and pair.runs_block_copies
+    return BlockCopyCosts(costs) if blocks else OverlappedCosts(costs)
 
 
 def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None,

@@ -20,14 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..predictor.opspec import OpSpec
-
-SHARING_OPS = ("to_cpu", "to_gpu", "slice", "concat")
+from ..predictor.opspec import SHARING_KINDS, OpSpec
 
 
 class CostSource(Protocol):
     """Where the planner's and ``explain``'s times come from: a kernel's time on a processor,
-    and a sharing op's (``to_cpu``, ``to_gpu``, ``slice``, ``concat``) for its bytes. Optional:
+    and a sharing op's (``to_cpu``, ``to_gpu``, ``slice``, ``concat``, ``copy_gpu``) for its
+    bytes. Optional:
     ``in_model(footprint_bytes)`` (cache residency), ``in_range(sub)``, ``concurrent``,
     ``unit`` (``"us"`` unless a source's numbers are not times)."""
 
@@ -60,19 +59,21 @@ def split_share_us(costs: CostSource, spec: OpSpec, dim: str, ratio: float
     own = getattr(costs, "split_share", None)
     if own is not None:
         return own(spec, dim, ratio)
-    return split_sharing(costs.sharing_us, spec, dim, ratio)
+    return split_sharing(costs.sharing_us, spec, dim, ratio, block_copies(costs))
 
 
 @dataclass(frozen=True)
 class SplitSharing:
     """A split op's sharing by where it runs: the CPU's slice (a GPU kernel both parts wait
-    for), the GPU's slice, the copies to and from the CPU, and the concat after both."""
+    for), the GPU's slice, the copies to and from the CPU, the GPU part's copy into the output
+    (``gpu_join_us``, where block copies join the parts) and the concat after both."""
 
     lead_us: float = 0.0
     gpu_slice_us: float = 0.0
     to_cpu_us: float = 0.0
     to_gpu_us: float = 0.0
     join_us: float = 0.0
+    gpu_join_us: float = 0.0
 
     @property
     def pre_us(self) -> float:
@@ -80,11 +81,18 @@ class SplitSharing:
 
     @property
     def post_us(self) -> float:
-        return self.to_gpu_us + self.join_us
+        return self.to_gpu_us + self.join_us + self.gpu_join_us
 
 
-def split_sharing_parts(cost: Any, spec: OpSpec, dim: str, ratio: float) -> SplitSharing:
-    """The sharing of ``spec`` split at ``ratio`` from ``cost(op, role, nbytes)``."""
+def split_sharing_parts(cost: Any, spec: OpSpec, dim: str, ratio: float,
+                        blocks: bool = False) -> SplitSharing:
+    """The sharing of ``spec`` split at ``ratio`` from ``cost(op, role, nbytes)``.
+
+    ``blocks``: the pair moves row slices and joins with 2-D copies
+    (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`): the CPU's rows go to it straight
+    from the input (no slice before both parts), the GPU's rows and its part's copy into the
+    output are copies within the GPU (``copy_gpu``), and there is no concat.
+    """
     cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
     if cpu is None:
         return SplitSharing()
@@ -92,15 +100,21 @@ def split_sharing_parts(cost: Any, spec: OpSpec, dim: str, ratio: float) -> Spli
               "to_gpu_us": cost("to_gpu", "gpu", cpu.out_bytes)}
     if gpu is None:
         return SplitSharing(**copies)
+    in_place = spec.joins_in_place(dim)
+    if blocks:
+        return SplitSharing(
+            **copies, gpu_slice_us=cost("copy_gpu", "gpu", gpu.in_bytes) if dim == "H" else 0.0,
+            gpu_join_us=0.0 if in_place else cost("copy_gpu", "gpu", gpu.out_bytes))
     slices = ({"lead_us": cost("slice", "gpu", cpu.in_bytes),
                "gpu_slice_us": cost("slice", "gpu", gpu.in_bytes)} if dim == "H" else {})
-    join = 0.0 if spec.joins_in_place(dim) else cost("concat", "gpu", spec.out_bytes)
+    join = 0.0 if in_place else cost("concat", "gpu", spec.out_bytes)
     return SplitSharing(**copies, **slices, join_us=join)
 
 
-def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float,
+                  blocks: bool = False) -> tuple[float, float]:
     """(before, after) of a split from ``cost(op, role, nbytes)``."""
-    parts = split_sharing_parts(cost, spec, dim, ratio)
+    parts = split_sharing_parts(cost, spec, dim, ratio, blocks)
     return parts.pre_us, parts.post_us
 
 
@@ -189,6 +203,21 @@ class OverlappedCosts(_PairCosts):
     note = "copies beside kernels"
 
 
+class BlockCopyCosts(OverlappedCosts):
+    """``costs`` of a pair that also moves a split's row slices and joins with 2-D copies on
+    the GPU's copy engines (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`): no slice
+    kernel before both parts, the GPU's rows and its part's copy into the output on the GPU's
+    side (``copy_gpu``), no concat."""
+
+    block_copies = True
+    note = "copies beside kernels, rows moved by the copy engines"
+
+
+def block_copies(costs: CostSource) -> bool:
+    """Whether the costs' pair slices and joins a split's rows with 2-D copies."""
+    return getattr(costs, "block_copies", False)
+
+
 def overlapped(costs: CostSource) -> bool:
     """Whether a split's copies run beside its kernels on the costs' pair."""
     return getattr(costs, "overlap", False)
@@ -220,7 +249,7 @@ class AnalyticCosts:
 
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         sync = self.sync_us if op in ("to_cpu", "to_gpu") else 0.0
-        return sync + nbytes / (self.copy_gbps * 1e3)
+        return sync + nbytes / (self.copy_gbps * 1e3)  # copy_gpu too: a copy of the bytes
 
 
 # ---- measured -------------------------------------------------------------------------------
@@ -249,12 +278,12 @@ class MeasuredCosts:
         from ..predictor.sharing import SharingModel
 
         self.label = label
-        share = [r for r in rows if r["op"] in (*SHARING_OPS, "sync")]
+        share = [r for r in rows if r["op"] in SHARING_KINDS]
         self.sharing = SharingModel().fit(share) if share else None
         self.exact: dict[tuple[str, OpSpec], float] = {}
         fams: dict[tuple, dict[int, float]] = defaultdict(dict)
         for r in rows:
-            if r["op"] in (*SHARING_OPS, "sync"):
+            if r["op"] in SHARING_KINDS:
                 continue
             sub = sub_spec(r)
             self.exact[(r["role"], sub)] = float(r["latency_us"])

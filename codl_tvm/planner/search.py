@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..geometry import chain_row_parts, split_count
 from ..predictor.opspec import OpSpec
-from .costs import CostSource, concurrent, in_model, overlapped, trusted
+from .costs import CostSource, block_copies, concurrent, in_model, overlapped, trusted
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
 
@@ -35,7 +35,9 @@ class UnitCost:
     runtime's :class:`~codl_tvm.passes.OverlapCopies`), only the CPU's slice (``lead_us``)
     comes before both parts; the GPU's slice (``gpu_side_us``) runs on the GPU's side, the
     copies to and from the CPU (``cpu_side_us``) on the CPU's, and the concat
-    (``join_us``) after both.
+    (``join_us``) after both. Where rows move by 2-D copies (``block_copies``) there is no
+    CPU's slice and no concat: the GPU's rows and its part's copy into the output are copies
+    within the GPU, on its side.
     """
 
     cpu_us: float
@@ -176,14 +178,19 @@ class Evaluator:
         head, last = nodes[0].spec, nodes[-1]
         cpu_in, gpu_in = parts["cpu"][0].in_bytes * rep, parts["gpu"][0].in_bytes * rep
         lead = gpu_slice = join = 0.0
+        blocks = block_copies(self.costs) and rep == 1
+        slicer = "copy_gpu" if blocks else "slice"
         if dim == "H" or head.groups > 1:  # each side reads its own slice of the input
-            lead = self.share("slice", "gpu", cpu_in)
+            lead = 0.0 if blocks else self.share("slice", "gpu", cpu_in)
             if gpu_in < head.in_bytes * rep:
-                gpu_slice = self.share("slice", "gpu", gpu_in)
+                gpu_slice = self.share(slicer, "gpu", gpu_in)
         copies = (self.share("to_cpu", "cpu", cpu_in)
                   + self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep))
         if rep > 1 or last.spec is None or not last.spec.joins_in_place(dim):
-            join = self.share("concat", "gpu", last.out_bytes)
+            if blocks:  # the GPU's part into its rows of the output, on the GPU's side
+                gpu_slice += self.share("copy_gpu", "gpu", parts["gpu"][-1].out_bytes)
+            else:
+                join = self.share("concat", "gpu", last.out_bytes)
         return UnitCost(t["cpu"], t["gpu"], lead + gpu_slice + copies + join,
                         concurrent(self.costs), overlapped(self.costs), lead, copies,
                         gpu_slice, join)

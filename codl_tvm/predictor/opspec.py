@@ -25,7 +25,10 @@ COMPUTE_KINDS: tuple[str, ...] = (
     "pool_avg",
     "elementwise",
 )
-SHARING_KINDS: tuple[str, ...] = ("to_cpu", "to_gpu", "slice", "concat", "sync")
+# a split's data sharing: copies between the processors, slice and concat kernels, 2-D copies
+# within the GPU (block copies: passes.LowerSlicesToBlockCopies); one table for all layers
+SHARING_OPS: tuple[str, ...] = ("to_cpu", "to_gpu", "slice", "concat", "copy_gpu")
+SHARING_KINDS: tuple[str, ...] = (*SHARING_OPS, "sync")
 DIMS: tuple[str, ...] = ("H", "OC")
 # dims each op kind can be split on (dense has one output row at batch 1)
 SPLIT_DIMS: dict[str, tuple[str, ...]] = {

@@ -6,7 +6,10 @@ machine a host-to-GPU copy of a few KB costs ~24 us against a 10 us sync (pageab
 and pinning it to the sync underpredicted every small transfer by 2x, which moved tiny ops to
 the CPU at a loss (tiny-cnn). The fit is non-negative and robust (least absolute
 relative error), so one stalled large copy does not bend the line. Slicing and concatenation
-on either processor cost ``a + b * bytes`` of the bytes they write.
+on either processor cost ``a + b * bytes`` of the bytes they write; so does a block of rows
+copied within the GPU (``copy_gpu``, a 2-D copy on its copy engines where the runtime lowers a
+split's slices and concat to copies). A predictor profiled before ``copy_gpu`` existed prices
+it as the GPU slice kernel it replaces.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from codl_tvm.predictor.fitting import robust_rel_fit
 from codl_tvm.predictor.opspec import OpSpec
 
 TRANSFERS = ("to_cpu", "to_gpu")
+LINEAR = (*TRANSFERS, "copy_gpu")  # fitted robustly, one line per op (no role)
 COPIES = ("slice", "concat")
 
 
@@ -38,7 +42,7 @@ class SharingModel:
     def fit(self, rows: Sequence[dict[str, Any]]) -> SharingModel:
         sync = [r["latency_us"] for r in rows if r["op"] == "sync"]
         params: dict[str, Any] = {"sync_us": float(np.median(sync)) if sync else 0.0}
-        for op in TRANSFERS:
+        for op in LINEAR:
             mine = [r for r in rows if r["op"] == op]
             if mine:
                 a = np.array([[1.0, r["bytes"]] for r in mine], dtype=float)
@@ -55,9 +59,11 @@ class SharingModel:
         return self
 
     def cost(self, op: str, role: str, nbytes: float) -> float:
-        key = op if op in TRANSFERS or op == "sync" else f"{op}_{role}"
+        key = op if op in LINEAR or op == "sync" else f"{op}_{role}"
         if key == "sync":
             return self.params.get("sync_us", 0.0)
+        if key == "copy_gpu" and key not in self.params and "slice_gpu" in self.params:
+            key = "slice_gpu"  # profiled before block copies: the kernel they replace
         if key not in self.params:
             raise ValueError(
                 f"the predictor has no sharing samples for {key!r}; profile without --no-sharing"

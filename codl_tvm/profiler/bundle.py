@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.outputs import BUNDLE_FORMAT, atomic_folder
+from codl_tvm.profiler import space
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
 from codl_tvm.profiler.kernels import build_role_module, compile_module, transfer_entries
 from codl_tvm.profiler.measure import (
@@ -79,6 +80,7 @@ def build_bundle(
     only with ``overwrite`` (:func:`codl_tvm.outputs.atomic_folder`).
     """
     with atomic_folder(out_dir, overwrite=overwrite) as tmp, use_gpu_sms(pair.gpu_sms):
+        jobs = space.for_pair(jobs, pair.runs_block_copies or pair.is_cpu_only)
         return _fill_bundle(tmp, pair, jobs, batch_size, max_bytes, progress)
 
 

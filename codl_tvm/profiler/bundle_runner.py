@@ -153,9 +153,36 @@ def copy_visit(entry: dict[str, Any], devs: list[Any], proto: Protocol, local: b
     """A visit of one staged copy (a library of ``null``): its two tensors are made per visit,
     as a loaded model makes its staging buffers once."""
 
+    if entry.get("op", entry.get("row", {}).get("op")) == "copy_gpu":
+        return _block_copy_visit(entry, devs, proto)
+
     def visit() -> tuple[list[float], float]:
         src, dst = copy_tensors(entry["inputs"][0], entry["input_devices"][0], devs, local)
         return time_copy(src, dst, devs[entry["timer_device"]], proto)
+
+    return visit
+
+
+def _block_copy_visit(entry: dict[str, Any], devs: list[Any], proto: Protocol):
+    """A visit of a ``copy_gpu`` job: rows 1..h of a (1, c, h+1, w) tensor copied into a
+    (1, c, h, w) one on the same device by one 2-D copy, as a split's row slice is."""
+    import tvm
+
+    try:
+        from codl_tvm import streams
+    except ImportError:  # run as a file: the repository is two folders up
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from codl_tvm import streams
+    _, c, h, w = entry["inputs"][0]
+    dev = devs[entry["input_devices"][0]]
+    row = w * 4
+    geometry = (row, (h + 1) * row, 0, h * row, h * row, c)  # float32, batch 1
+
+    def visit() -> tuple[list[float], float]:
+        src = tvm.runtime.empty((1, c, h + 1, w), "float32", dev)
+        dst = tvm.runtime.empty((1, c, h, w), "float32", dev)
+        return time_copy(src, dst, dev, proto,
+                         copy=lambda s, d: streams.copy_block(s, d, *geometry))
 
     return visit
 

@@ -20,7 +20,7 @@ from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.profiler.blocking import Blocking, kernel_blocking
 from codl_tvm.profiler.space import Job
 
-TRANSFER_OPS = frozenset({"to_cpu", "to_gpu", "sync"})
+TRANSFER_OPS = frozenset({"to_cpu", "to_gpu", "copy_gpu", "sync"})
 COPY_BLOCKING = Blocking("copy", 0, 1, 1)
 
 
@@ -177,12 +177,15 @@ def build_role_module(
 
 
 def transfer_entries(jobs: Sequence[Job]) -> list[Entry]:
-    """One staged copy per to_cpu / to_gpu / sync job, timed without a compiled module.
+    """One staged copy per to_cpu / to_gpu / copy_gpu / sync job, timed without a compiled
+    module.
 
     A split moves its tensors between buffers made once, one of them pinned where the GPU is
     CUDA (:mod:`codl_tvm.passes.stage_cross_device_copies`); the runner times exactly that
     copy and a sync (:func:`codl_tvm.profiler.rounds.time_copy`). ``sync`` copies one float
-    from the GPU: the cost of a round trip that moves nothing.
+    from the GPU: the cost of a round trip that moves nothing. ``copy_gpu`` copies a block of
+    rows out of a tensor one row taller within the GPU, as a split's row slice does with block
+    copies (:func:`codl_tvm.streams.copy_block`).
     """
     entries = []
     for i, job in enumerate(jobs):

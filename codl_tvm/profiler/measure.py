@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.profiler import bundle_runner as br
-from codl_tvm.profiler import machine_facts
+from codl_tvm.profiler import machine_facts, space
 from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
 from codl_tvm.profiler.kernels import (
     TRANSFER_OPS,
@@ -126,6 +126,9 @@ def measure(
     facts = machine_facts.detect(gpu, host=session.remote is None)
     machine_facts.write(output, {**facts, "kernel_variants": current_variants().to_json()})
     book = RoundBook(output, COLUMNS, row_key)
+    # block copies are timed in this process (over RPC they are priced as the slice kernel)
+    jobs = space.for_pair(jobs, (pair.runs_block_copies or pair.is_cpu_only)
+                          and session.remote is None)
     todo = [j for j in jobs if not book.final(_job_key(j, pair))]
     use_cpu_threads(target_threads(pair.cpu_spec), session.remote)
     resumed = len(jobs) - len(todo)
@@ -172,7 +175,7 @@ def _entry_doc(entry: Entry) -> dict[str, Any]:
     reads."""
     in_devs, timer = entry_placement(entry, None)
     return {"inputs": [list(s) for s in entry.inputs], "input_devices": in_devs,
-            "timer_device": timer}
+            "timer_device": timer, "op": entry.job.op}
 
 
 def _by_role(groups: list[list[Item]], batches: list[Batch]) -> list[list[Item]]:

@@ -77,19 +77,24 @@ def time_function(
 
 
 def time_copy(
-    src: Any, dst: Any, dev: Any, proto: Protocol | None = None
+    src: Any, dst: Any, dev: Any, proto: Protocol | None = None,
+    copy: Callable[[Any, Any], None] | None = None,
 ) -> tuple[list[float], float]:
     """One visit of the staged copy ``src -> dst`` and a sync of ``dev``: the data sharing a
     split runs (:mod:`codl_tvm.passes.stage_cross_device_copies`), between two tensors made
     once, one of them in the host's pinned memory where the GPU is CUDA.
 
     Returns what :func:`time_function` returns; the protocol (warm-up, ``number`` calls per
-    repeat of at least ``min_repeat_ms``, capped repeats) is the same.
+    repeat of at least ``min_repeat_ms``, capped repeats) is the same. ``copy(src, dst)``
+    replaces TVM's copy (a block copy of rows).
     """
     proto = proto or Protocol()
 
     def call() -> None:
-        src.copyto(dst)
+        if copy is None:
+            src.copyto(dst)
+        else:
+            copy(src, dst)
         dev.sync()
 
     t0 = time.perf_counter()

@@ -44,7 +44,6 @@ CHANNEL_MULTIPLES: tuple[tuple[float, int], ...] = ((0.5, 32), (0.25, 8), (0.25,
 KERNEL_WEIGHTS: dict[int, float] = {1: 0.3, 2: 0.05, 3: 0.4, 4: 0.03, 5: 0.1, 6: 0.02, 7: 0.1}
 FULL_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
 QUICK_GRID: tuple[float, ...] = (0.3, 0.6, 1.0)
-SHARING_OPS: tuple[str, ...] = ("to_cpu", "to_gpu", "slice", "concat")
 
 
 @dataclass(frozen=True)
@@ -364,8 +363,15 @@ def compute_jobs(
     return list(jobs.values())
 
 
+def for_pair(jobs: Sequence[Job], runs_block_copies: bool) -> list[Job]:
+    """``jobs`` a pair can run: ``copy_gpu`` only where its GPU runs block copies (CUDA, or a
+    CPU in the ``cpu-pair``; :func:`codl_tvm.streams.copy_block`)."""
+    return [j for j in jobs if j.op != "copy_gpu" or runs_block_copies]
+
+
 def sharing_jobs(n_sizes: int = 8, max_bytes: int = 64 << 20) -> list[Job]:
-    """to_vdevice both ways, slice and concat on each side over sizes, and the sync probe."""
+    """to_vdevice both ways, slice and concat on each side, a block of rows copied within the
+    GPU (``copy_gpu``) over sizes, and the sync probe."""
     jobs = [Job("cpu", "sync", shape=(1, 1, 1), model="sharing")]
     for nbytes in np.geomspace(4096, max_bytes, n_sizes):
         c = 32
@@ -373,6 +379,7 @@ def sharing_jobs(n_sizes: int = 8, max_bytes: int = 64 << 20) -> list[Job]:
         shape = (c, hw, hw)
         jobs.append(Job("cpu", "to_cpu", shape=shape, model="sharing"))
         jobs.append(Job("gpu", "to_gpu", shape=shape, model="sharing"))
+        jobs.append(Job("gpu", "copy_gpu", shape=shape, model="sharing"))
         for role in ("gpu", "cpu"):
             jobs.append(Job(role, "slice", shape=shape, model="sharing"))
             jobs.append(Job(role, "concat", shape=shape, model="sharing"))

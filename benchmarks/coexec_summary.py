@@ -1,0 +1,114 @@
+"""Summaries of a ``coexec_conv.py`` result: per shape the best single processor, the best
+split, its share of the ideal gain and its overhead over its parts, and the ratios of the
+twin builds (one stream, kernel slices) to the splits they are built like."""
+
+from __future__ import annotations
+
+SERIAL = "/one-stream"  # variant suffix: built with one stream (overlap=False)
+KERNEL_SLICES = "/kernel-slices"  # variant suffix: built with slice and concat kernels
+TWINS = (SERIAL, KERNEL_SLICES)
+
+
+def base_variant(name: str) -> str:
+    """The split a twin variant is built like (``H@0.9/one-stream`` -> ``H@0.9``)."""
+    for twin in TWINS:
+        name = name.removesuffix(twin)
+    return name
+
+
+def summaries(rows: list[dict], shapes: dict[str, dict], floor: list[dict]) -> list[dict]:
+    out = []
+    for name in dict.fromkeys(r["shape"] for r in rows):
+        s = summarize([r for r in rows if r["shape"] == name])
+        s.update(split_overhead(s, shapes[name], floor))
+        out.append(s)
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Best single processor and best (overlapped) split of one shape; overlapped / one-stream
+    latency ratios."""
+    by = {r["variant"]: r["latency_ms"] for r in rows}
+    splits = {k: v for k, v in by.items() if "@" in k and base_variant(k) == k and ":" not in k}
+    serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
+              for k, v in by.items() if k.endswith(SERIAL)}
+    kernel_slices = {k.removesuffix(KERNEL_SLICES): by[k.removesuffix(KERNEL_SLICES)] / v
+                     for k, v in by.items() if k.endswith(KERNEL_SLICES)}
+    best = min(splits, key=splits.get)
+    single = min(by["cpu-only"], by["gpu-only"])
+    return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
+            "best_split": best, "split_ms": splits[best], "speedup": single / splits[best],
+            "best_h": min((k for k in splits if k.startswith("H")), key=splits.get),
+            "best_oc": min((k for k in splits if k.startswith("OC")), key=splits.get),
+            "overlap_over_one_stream": serial,
+            "blocks_over_kernel_slices": kernel_slices,
+            "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
+            # what each split with measured parts adds to the slower of its parts
+            "measured_overhead_us": {
+                k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]))
+                for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}}
+
+
+def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
+    """What the best split costs beyond its parts: split_ms - max(GPU part, CPU part + its
+    copies). Measured where the split's parts were built alone (the CPU part's artifact moves
+    its input and output through pinned memory, as the split does); else estimated, the
+    parts scaled from the single-processor times by share and the copies at the pinned
+    bandwidth of ``floor``."""
+    gain = min(s["cpu_ms"], s["gpu_ms"]) - s["ideal_ms"]
+    shares = {"ideal_gain_share": gain / min(s["cpu_ms"], s["gpu_ms"]),
+              "gain_reached": ((min(s["cpu_ms"], s["gpu_ms"]) - s["split_ms"]) / gain
+                               if gain > 0 else None)}
+    if s["best_split"] in s["measured_overhead_us"]:
+        return {"overhead_us": s["measured_overhead_us"][s["best_split"]],
+                "overhead_from": "parts", **shares}
+    dim, _, ratio = s["best_split"].partition("@")
+    r = float(ratio)
+    oh, ow = shape["h"] // shape["sh"], shape["w"] // shape["sw"]
+    if dim == "H":
+        rows_in = (1 - r) * oh * shape["sh"] + shape["kh"] - 1  # the CPU's rows and halo
+        bytes_in = 4 * rows_in * shape["w"] * shape["ic"]
+        bytes_out = 4 * (1 - r) * oh * ow * shape["oc"]
+    else:
+        bytes_in = 4 * shape["h"] * shape["w"] * shape["ic"]
+        bytes_out = 4 * (1 - r) * shape["oc"] * oh * ow
+    gbps = {f["direction"]: f["gb_per_s"] for f in floor if f["memory"] == "pinned"
+            and f["mb"] == 8} or {"d2h": float("inf"), "h2d": float("inf")}  # no CUDA here
+    copy_ms = (bytes_in / gbps["d2h"] + bytes_out / gbps["h2d"]) / 1e6
+    parts_ms = max(s["gpu_ms"] * r, s["cpu_ms"] * (1 - r) + copy_ms)
+    return {"overhead_us": 1e3 * (s["split_ms"] - parts_ms), "overhead_from": "estimate",
+            **shares}
+
+
+def print_table(result: dict) -> None:
+    print(f"\nSMs: {result['sms']}")
+    print("shape                         cpu-only ms  gpu-only ms  ideal ms  best split "
+          "  split ms  speedup  gain reached  overhead us  overlap/one-stream (H@0.9, OC@0.875)")
+    for s in result["rows"]:
+        reached = s["gain_reached"]
+        st = s["overlap_over_one_stream"]
+        print(f"{s['shape']:28s} {s['cpu_ms']:11.3f} {s['gpu_ms']:12.3f} {s['ideal_ms']:9.3f}"
+              f"  {s['best_split']:10s} {s['split_ms']:9.3f} {s['speedup']:8.3f} "
+              f"{'-' if reached is None else f'{reached:12.0%}':>12s} {s['overhead_us']:11.0f}"
+              f"{'*' if s['overhead_from'] == 'estimate' else ' '}"
+              f" {st.get('H@0.9', float('nan')):.3f}, {st.get('OC@0.875', float('nan')):.3f}")
+    print("(* estimated from the single-processor times; the rest measured against the parts)")
+    print("\nmeasured overhead of each split over the slower of its parts (us):")
+    for s in result["rows"]:
+        cells = "  ".join(f"{k} {v:6.0f}" for k, v in s["measured_overhead_us"].items())
+        print(f"{s['shape']:28s} {cells}")
+    print("\nblock copies / kernel slices, same split, same run:")
+    for s in result["rows"]:
+        cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get("blocks_over_kernel_slices", {}).items())
+        print(f"{s['shape']:28s} {cells}")
+    print("\nblock copies (codl.copy_block of a row block, median us):")
+    for f in result.get("block_copy_floor", []):
+        print(f"  {f['mb']:2d} MB {f['direction']:20s}: {f['us']:8.1f} us "
+              f"({f['gb_per_s']:.1f} GB/s)")
+    print("\ncopy floor (TVM copies, median us):")
+    for f in result["copy_floor"]:
+        print(f"  {f['mb']:2d} MB {f['memory']:8s} {f['direction']}: {f['us']:8.1f} us "
+              f"({f['gb_per_s']:.1f} GB/s)")
+    if result["checks"]:
+        worst = max(c["rel_error"] for c in result["checks"])
+        print(f"\nsplit vs GPU-only outputs on the real devices: worst relative error {worst:.2e}")
