@@ -2,10 +2,14 @@
 
 A split by rows reads a block of its input's rows on each side and writes the two parts into
 the output's rows. In NCHW a block of rows is one strided 2-D region (N*C runs of rows*W
-elements), so TVM slices it with a kernel and joins the parts with a ``concatenate`` kernel:
-on an edge GPU (8 SMs) those three kernels took 97 us of a 0.5 ms op, SM time the parts did
-not get. One 2-D copy (:func:`codl_tvm.streams.copy_block`, ``cudaMemcpy2DAsync``) moves
-the same block on the GPU's copy engines instead. This pass, run on the lowered VM code after
+elements), so TVM slices it with a kernel and joins the parts with a ``concatenate`` kernel
+that waits for both parts. One 2-D copy (:func:`codl_tvm.streams.copy_block`,
+``cudaMemcpy2DAsync``) moves the same block, and lets each part move when it is ready. The
+copies are not faster than the kernels per byte (under MPS a copy within the GPU is held to the
+process's SMs too), and each costs a Python call, so the pass is opt-in
+(``compile(..., block_copies=True)``): measured on an H200 at 8 SMs it pays on large
+activations and loses on small ones (``benchmarks/COEXEC.md``). This pass, run on the lowered
+VM code after
 :class:`StageCrossDeviceCopies` and :class:`WriteSplitOutputsInPlace` and before
 :class:`OverlapCopies`, rewrites:
 
@@ -34,9 +38,17 @@ import tvm
 import tvm.sym
 from tvm import relax
 
-from ..device import ROLES, vdevice_index
+from ..device import ROLES
 from ..streams import COPY_BLOCK
-from .stage_cross_device_copies import ALLOC_TENSOR, COPY, KILL, VIEW, is_extern, is_op
+from .stage_cross_device_copies import (
+    ALLOC_TENSOR,
+    COPY,
+    KILL,
+    VIEW,
+    is_extern,
+    is_op,
+    tensor_role,
+)
 
 Block = tuple[int, int, int]  # (axis, first index, length) along one axis
 
@@ -61,7 +73,17 @@ def row_block(func: tvm.tirx.PrimFunc) -> tuple[list[int], list[int], Block] | N
     if not all(isinstance(o, tvm.tirx.IntImm) for o in offsets):
         return None
     in_shape, out_shape = _dims(src.shape), _dims(dst.shape)
-    if not all(isinstance(iv.var, tvm.tirx.Var) for iv in blocks[0].iter_vars):
+    # every element of the output written once: each store index its own block variable (or
+    # 0 on an axis of extent 1)
+    block_vars = [iv.var for iv in blocks[0].iter_vars]
+    for index, extent in zip(store.indices, out_shape):
+        if isinstance(index, tvm.tirx.IntImm):
+            if int(index) != 0 or extent != 1:
+                return None
+        elif not any(index.same_as(v) for v in block_vars):
+            return None
+    named = [i for i in store.indices if not isinstance(i, tvm.tirx.IntImm)]
+    if len({id(v) for i in named for v in block_vars if i.same_as(v)}) != len(named):
         return None
     axes = [i for i, (p, q) in enumerate(zip(in_shape, out_shape)) if p != q]
     if len(axes) != 1 or any(int(o) for i, o in enumerate(offsets) if i != axes[0]):
@@ -111,15 +133,7 @@ class _Lower:
         self.after: dict[relax.Var, list[relax.Binding]] = {}  # copies issued early
 
     def _role(self, var: relax.Expr) -> int | None:
-        ty = getattr(var, "ty", None)
-        if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
-            return vdevice_index(self.vdevices, ty.vdevice)
-        value = self.defs.get(var)
-        if isinstance(value, relax.Var):
-            return self._role(value)
-        if is_op(value, ALLOC_TENSOR):
-            return int(value.args[4].value)
-        return None
+        return tensor_role(var, self.defs, self.vdevices)
 
     def _kernel(self, value: relax.Expr, prefix: str) -> tvm.tirx.PrimFunc | None:
         if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)

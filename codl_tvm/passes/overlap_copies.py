@@ -48,15 +48,16 @@ from .stage_cross_device_copies import (
     ALLOC_TENSOR,
     COPY,
     KILL,
+    RESHAPE,
     STAGING_ATTR,
     TO_DEVICE,
     VIEW,
     is_extern,
     is_op,
+    tensor_role,
 )
 
 ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
-RESHAPE = "vm.builtin.reshape"  # a view of its argument (a flatten before a dense layer)
 # calls the host issues without touching data: they may run while a copy to the host flies
 _ASYNC_EXTERNS = (VIEW, streams.COPIES_WAIT, streams.KERNELS_WAIT)
 
@@ -85,17 +86,7 @@ class _Overlap:
                            and b.var.name == "codl_sync_view"}
 
     def _role(self, var: relax.Expr) -> int | None:
-        ty = getattr(var, "ty", None)
-        if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
-            return vdevice_index(self.vdevices, ty.vdevice)
-        value = self.defs.get(var)
-        if isinstance(value, relax.Var):
-            return self._role(value)
-        if is_op(value, ALLOC_TENSOR):
-            return int(value.args[4].value)
-        if is_extern(value, VIEW) or is_extern(value, RESHAPE):
-            return self._role(value.args[0])
-        return None
+        return tensor_role(var, self.defs, self.vdevices)
 
     def _is_gpu_kernel(self, value: relax.Expr) -> bool:
         """A kernel launch on the GPU: every tensor it reads or writes is on the GPU."""

@@ -55,6 +55,25 @@ def is_extern(value: relax.Expr, symbol: str) -> bool:
             and value.op.global_symbol == symbol)
 
 
+RESHAPE = "vm.builtin.reshape"  # a view of its argument (a flatten before a dense layer)
+
+
+def tensor_role(var: relax.Expr, defs: dict, vdevices: list) -> int | None:
+    """The vdevice index (role) of a tensor of lowered VM code: from its type, else from what
+    defines it (an alias, a pooled allocation, a view or reshape of another tensor)."""
+    ty = getattr(var, "ty", None)
+    if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+        return vdevice_index(vdevices, ty.vdevice)
+    value = defs.get(var)
+    if isinstance(value, relax.Var):
+        return tensor_role(value, defs, vdevices)
+    if is_op(value, ALLOC_TENSOR):
+        return int(value.args[4].value)
+    if is_extern(value, VIEW) or is_extern(value, RESHAPE):
+        return tensor_role(value.args[0], defs, vdevices)
+    return None
+
+
 def tensor_bytes(shape: list[int], dtype: str) -> int:
     nbytes = tvm.DataType(dtype).bits // 8
     for d in shape:
