@@ -152,8 +152,8 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     if plan is not None:
         plan.validate(mod)
     if block_copies and not (pair.runs_block_copies or pair.is_cpu_only):
-        raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); pair {pair.name!r} "
-                         f"has a {pair.gpu_spec['kind']} GPU")
+        raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); the GPU of pair "
+                         f"{pair.name!r} is {pair.gpu_spec['kind']}")
     _warn_old_switches()
     with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,

@@ -45,9 +45,12 @@ from .stage_cross_device_copies import (
     COPY,
     KILL,
     VIEW,
+    bindings_of,
     is_extern,
     is_op,
+    own_storage,
     tensor_role,
+    with_main,
 )
 
 Block = tuple[int, int, int]  # (axis, first index, length) along one axis
@@ -119,14 +122,7 @@ class _Lower:
     def __init__(self, mod: tvm.IRModule, func: relax.Function, gpu: int, cpu: int):
         self.mod, self.gpu, self.cpu = mod, gpu, cpu
         self.vdevices = list(mod.global_infos["vdevice"])
-        self.bindings = [b for block in func.body.blocks for b in block.bindings]
-        self.defs = {b.var: b.value for b in self.bindings}
-        self.uses: dict[relax.Var, list[relax.Binding]] = {}
-        for b in self.bindings:
-            if isinstance(b.value, relax.Call):
-                for a in b.value.args:
-                    if isinstance(a, relax.Var):
-                        self.uses.setdefault(a, []).append(b)
+        self.bindings, self.defs, self.uses = bindings_of(func)
         self.drop: set[relax.Var] = set()
         self.replace: dict[relax.Var, list[relax.Binding]] = {}
         self.before: dict[relax.Var, list[relax.Binding]] = {}  # moved allocations
@@ -158,7 +154,6 @@ class _Lower:
         """Drop ``var``'s allocation, kills and storage; returns its sync views (on
         ``keep_views_on`` now) and their syncs, dropped where they were."""
         self.drop.add(var)
-        storage = self.defs[var].args[0]
         syncs: list[relax.Binding] = []
         for u in self.uses.get(var, []):
             if is_op(u.value, KILL):
@@ -169,10 +164,7 @@ class _Lower:
                 syncs.append(relax.VarBinding(u.var, view))
                 syncs += self.uses.get(u.var, [])
                 self.drop.update(b.var for b in [u, *self.uses.get(u.var, [])])
-        users = self.uses.get(storage, [])
-        if all(u.var.same_as(var) or is_op(u.value, KILL) for u in users):
-            self.drop.add(storage)
-            self.drop.update(u.var for u in users if is_op(u.value, KILL))
+        self.drop.update(own_storage(var, self.defs, self.uses))
         return syncs
 
     def slices(self) -> None:
@@ -254,12 +246,10 @@ class _Lower:
         order = {b.var: i for i, b in enumerate(self.bindings)}
         if order[out] < order[gpu_part]:
             return True
-        storage = alloc.args[0]
-        users = self.uses.get(storage, [])
-        if not all(u.var.same_as(out) or is_op(u.value, KILL) for u in users):
+        storage = own_storage(out, self.defs, self.uses)
+        if not storage:
             return False
-        moved = [b for b in self.bindings if b.var.same_as(storage) or b.var.same_as(out)
-                 or (is_op(b.value, KILL) and b.value.args[0].same_as(storage))]
+        moved = [b for b in self.bindings if b.var.same_as(out) or b.var in storage]
         self.drop.update(b.var for b in moved)
         self.before.setdefault(gpu_part, []).extend(moved)
         return True
@@ -287,14 +277,8 @@ class LowerSlicesToBlockCopies:
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "vdevice" not in mod.global_infos or len(mod.global_infos["vdevice"]) < 2:
             return mod
-        gv = mod.get_global_var("main")
-        func = mod[gv]
+        func = mod["main"]
         if not isinstance(func.body, relax.SeqExpr):
             return mod
         bindings = _Lower(mod, func, ROLES.index("gpu"), ROLES.index("cpu")).rewrite()
-        if bindings is None:
-            return mod
-        body = relax.SeqExpr([relax.BindingBlock(bindings)], func.body.body)
-        mod = mod.clone()
-        mod[gv] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
-        return relax.transform.Normalize()(mod)
+        return mod if bindings is None else with_main(mod, bindings)

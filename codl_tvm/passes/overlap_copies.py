@@ -55,6 +55,7 @@ from .stage_cross_device_copies import (
     is_extern,
     is_op,
     tensor_role,
+    with_main,
 )
 
 ALLOC_STORAGE = tvm.ir.Op.get("relax.vm.alloc_storage")
@@ -222,20 +223,15 @@ class OverlapCopies:
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "vdevice" not in mod.global_infos or len(mod.global_infos["vdevice"]) < 2:
             return mod
-        gv = mod.get_global_var("main")
-        func = mod[gv]
+        func = mod["main"]
         gpu, cpu = ROLES.index("gpu"), ROLES.index("cpu")
         if not isinstance(func.body, relax.SeqExpr) or not _crosses(func):
             return mod
         overlap = _Overlap(mod, func, gpu, cpu)
         if overlap.ref is None:
             return mod
-        body = relax.SeqExpr([relax.BindingBlock(overlap.rewrite())], func.body.body)
-        mod = mod.clone()
-        mod[gv] = relax.Function(list(func.params) + overlap.new_params, body, func.ret_ty,
-                                 func.is_pure, func.attrs)
         staging = list(mod.attrs[STAGING_ATTR]) if STAGING_ATTR in (mod.attrs or {}) else []
-        mod = relax.transform.Normalize()(mod)
+        mod = with_main(mod, overlap.rewrite(), overlap.new_params)
         return mod.with_attr(STAGING_ATTR, staging + [p.name for p in overlap.new_params])
 
 

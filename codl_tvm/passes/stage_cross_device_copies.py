@@ -74,6 +74,42 @@ def tensor_role(var: relax.Expr, defs: dict, vdevices: list) -> int | None:
     return None
 
 
+def bindings_of(func: relax.Function) -> tuple[list[relax.Binding], dict, dict]:
+    """``main``'s bindings in order, each var's value, and each var's users (the bindings
+    that pass it to a call): what the passes over the lowered VM code walk."""
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    uses: dict[relax.Var, list[relax.Binding]] = {}
+    for b in bindings:
+        if isinstance(b.value, relax.Call):
+            for a in b.value.args:
+                if isinstance(a, relax.Var):
+                    uses.setdefault(a, []).append(b)
+    return bindings, {b.var: b.value for b in bindings}, uses
+
+
+def own_storage(var: relax.Var, defs: dict, uses: dict) -> list[relax.Var]:
+    """The storage var of ``var``'s pooled allocation and the storage's kills, when ``var``
+    is the only tensor made in it (else empty): what goes with ``var``'s allocation."""
+    storage = defs[var].args[0]
+    users = uses.get(storage, [])
+    if all(u.var.same_as(var) or is_op(u.value, KILL) for u in users):
+        return [storage] + [u.var for u in users if is_op(u.value, KILL)]
+    return []
+
+
+def with_main(mod: tvm.IRModule, bindings: list[relax.Binding],
+              new_params: list[relax.Var] | None = None) -> tvm.IRModule:
+    """``mod`` with ``main``'s body made of ``bindings`` (and ``new_params`` appended to its
+    parameters), normalized so new calls get their types."""
+    gv = mod.get_global_var("main")
+    func = mod[gv]
+    body = relax.SeqExpr([relax.BindingBlock(bindings)], func.body.body)
+    mod = mod.clone()
+    mod[gv] = relax.Function(list(func.params) + list(new_params or []), body, func.ret_ty,
+                             func.is_pure, func.attrs)
+    return relax.transform.Normalize()(mod)
+
+
 def tensor_bytes(shape: list[int], dtype: str) -> int:
     nbytes = tvm.DataType(dtype).bits // 8
     for d in shape:

@@ -21,9 +21,12 @@ from .stage_cross_device_copies import (
     COPY,
     KILL,
     VIEW,
+    bindings_of,
     is_extern,
     is_op,
+    own_storage,
     tensor_bytes,
+    with_main,
 )
 
 
@@ -39,14 +42,7 @@ def _view(base: relax.Var, alloc: relax.Call, offset_bytes: int) -> relax.Call:
 
 class _InPlace:
     def __init__(self, func: relax.Function):
-        self.bindings = [b for block in func.body.blocks for b in block.bindings]
-        self.defs = {b.var: b.value for b in self.bindings}
-        self.uses: dict[relax.Var, list[relax.Binding]] = {}
-        for b in self.bindings:
-            if isinstance(b.value, relax.Call):
-                for a in b.value.args:
-                    if isinstance(a, relax.Var):
-                        self.uses.setdefault(a, []).append(b)
+        self.bindings, self.defs, self.uses = bindings_of(func)
 
     def _concat_parts(self, b: relax.Binding) -> tuple[relax.Var, relax.Var, relax.Var] | None:
         """(head, tail, out) of a two-part concatenate kernel over contiguous blocks."""
@@ -88,7 +84,8 @@ class _InPlace:
             replace[head] = _view(out, head_alloc, 0)
             nbytes = tensor_bytes(_shape(head_alloc), str(head_alloc.args[3].value))
             replace[tail] = _view(out, self.defs[tail], nbytes)
-            drop.update(self._storage_of(head) + self._storage_of(tail))
+            drop.update(own_storage(head, self.defs, self.uses)
+                        + own_storage(tail, self.defs, self.uses))
         out_bindings: list[relax.Binding] = []
         for b in self.bindings:
             if b.var in before:
@@ -99,13 +96,6 @@ class _InPlace:
                 out_bindings.append(b)
         return out_bindings
 
-    def _storage_of(self, var: relax.Var) -> list[relax.Var]:
-        """The storage var of ``var``'s allocation and its kill, when only it used them."""
-        storage = self.defs[var].args[0]
-        users = self.uses.get(storage, [])
-        if all(u.var.same_as(var) or is_op(u.value, KILL) for u in users):
-            return [storage] + [u.var for u in users if is_op(u.value, KILL)]
-        return []
 
 
 @tvm.transform.module_pass(opt_level=0, name="WriteSplitOutputsInPlace")
@@ -113,14 +103,8 @@ class WriteSplitOutputsInPlace:
     """Drop ``concatenate`` kernels whose parts are contiguous blocks (see the module doc)."""
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        gv = mod.get_global_var("main")
-        func = mod[gv]
+        func = mod["main"]
         if not isinstance(func.body, relax.SeqExpr):
             return mod
         bindings = _InPlace(func).rewrite()
-        if bindings is None:
-            return mod
-        body = relax.SeqExpr([relax.BindingBlock(bindings)], func.body.body)
-        mod = mod.clone()
-        mod[gv] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
-        return relax.transform.Normalize()(mod)  # new calls get their types
+        return mod if bindings is None else with_main(mod, bindings)
