@@ -4,7 +4,7 @@
     python benchmarks/bench_models.py build --predictor P.json -o .devcarry/bench \
         [--models yolo-v2,vgg-16,...] [--oracle-samples oracle-samples.csv]
     # there (runtime-only TVM): time all plans of each model interleaved, in one process
-    python benchmarks/bench_models.py run .devcarry/bench -o $OUT/bench-h100.json
+    python benchmarks/bench_models.py run .devcarry/bench -o $OUT/bench-edge.json
 
 ``build`` also writes ``oracle-bundle/`` (profiler bundle of every op's sub-ops on the coarse
 grid + sharing) unless ``--oracle-samples`` is given: the H100 run measures it with
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    """The issue's result file and BENCH.md's table from a runner's ``{model: rows}``."""
+    """The result file (``benchmarks/results/bench-{edge,full}.json``) and BENCH.md's table from a
+    runner's ``{model: rows}``."""
     import json
 
     from codl_tvm.outputs import write_json

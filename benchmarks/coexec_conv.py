@@ -1,6 +1,6 @@
 """Co-execution of single conv layers: CPU-only, GPU-only, and H / OC splits at many ratios.
 
-Issue 2's end-to-end proof of the mechanism on a real CPU+GPU pair: every YOLO-V2 conv shape of
+The mechanism end to end on a real CPU+GPU pair: every YOLO-V2 conv shape of
 ``shared/workloads/conv2d.csv`` (conv + bias + leaky ReLU, as in the network) is compiled here
 for the pair and run there with only the TVM runtime.
 

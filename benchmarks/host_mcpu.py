@@ -1,5 +1,5 @@
 """CPU-only latency of a zoo model on the cpu-pair built for generic x86-64 against the same
-pair built for this host's CPU (``mcpu``, what the preset now detects), compiled in one process
+pair built for this host's CPU (``mcpu``, what the preset detects), compiled in one process
 and timed in interleaved rounds. Prints a table and writes JSON.
 
     python benchmarks/host_mcpu.py [--model resnet-18] [-o benchmarks/results/host-mcpu.json]

@@ -6,8 +6,8 @@
 #   tar czf .devcarry/coexec.tgz -C .devcarry coexec
 # There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/coexec.tgz carried:
 #   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)] [suite|traces|all (default)]
-# Writes coexec-{full,edge}.{json,log}, traces-{full,edge}.txt (benchmarks/trace_split.py)
-# and machine.txt to $OUT.
+# Writes coexec-{full,edge}.{json,log}, coexec-traces-{full,edge}.txt (benchmarks/trace_split.py)
+# and coexec-machine.txt to $OUT: the names under benchmarks/results/.
 set -euo pipefail
 PCT=${1:-5}
 WHAT=${2:-all}
@@ -18,7 +18,7 @@ tar xzf .devcarry/coexec.tgz -C /tmp/coexec
 export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
 export CODL_CUDA_CACHE=/tmp/codl-cuda-cache
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv; lscpu | head -25; } \
-  > "$OUT/machine.txt" 2>&1 || true
+  > "$OUT/coexec-machine.txt" 2>&1 || true
 art=/tmp/coexec/coexec
 run() {  # $1: SMs label, $2: result name
   timeout 250 python benchmarks/coexec_conv.py run "$art" --json "$OUT/$2.json" --jobs 14 \
@@ -29,8 +29,8 @@ sms() { python -c 'import torch; print(torch.cuda.get_device_properties(0).multi
 [ "$WHAT" = traces ] || run "$(sms)" coexec-full
 trace() {  # $1: label; the rest: SHAPE/VARIANT artifacts
   local label=$1; shift
-  timeout 100 python benchmarks/trace_split.py "${@/#/$art/}" > "$OUT/traces-$label.txt" 2>&1 \
-    || echo "trace failed" >> "$OUT/traces-$label.txt"
+  local f="$OUT/coexec-traces-$label.txt"
+  timeout 100 python benchmarks/trace_split.py "${@/#/$art/}" > "$f" 2>&1 || echo "trace failed" >> "$f"
 }
 # row splits with block copies and with slice / concat kernels (their twins), and GPU-only
 [ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_kernel-slices \
@@ -43,7 +43,7 @@ nvidia-cuda-mps-control -d
 trap 'echo quit | nvidia-cuda-mps-control' EXIT
 export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
 n=$(sms)
-echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/machine.txt"
+echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/coexec-machine.txt"
 [ "$WHAT" = traces ] || run "$n" coexec-edge
 [ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_kernel-slices \
   104x104x64-128-k3s1/H_0.7 104x104x64-128-k3s1/H_0.7_kernel-slices 104x104x64-128-k3s1/gpu-only

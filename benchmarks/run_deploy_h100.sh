@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The same x86-cuda artifact run three ways on the H100 machine, which carries only the TVM
-# runtime (issue 7, "Measured"): (1) runtime-only in-process, (2) `python -m codl_tvm.runtime`,
+# runtime: (1) runtime-only in-process, (2) `python -m codl_tvm.runtime`,
 # (3) over tvm.rpc on 127.0.0.1 (server: python -m codl_tvm.deploy.server, runtime-only).
 # Same inputs everywhere; outputs compared to (1); times are medians of the VM time_evaluator
 # (for RPC: timed on the server); the CPU pool's workers in-process and in the RPC session

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The x86-cuda pair on the GPU machine twice: the full GPU, and an edge-class GPU (MPS, 8 SMs).
-# Prepare here (full TVM), see benchmarks/COEXEC.md "End to end":
+# Prepare here (full TVM), see benchmarks/BENCH.md "Reproduce":
 #   ../shared/gpu/pack-tvm-runtime.sh .devcarry
 #   codl-tvm profile-bundle --pair x86-cuda --arch sm_90 --mcpu sapphirerapids --num-cores 16 \
 #       --quick --body 12 --pointwise 6 --seed 7 -o /tmp/calib       # random ops, no zoo model
@@ -10,12 +10,18 @@
 # There (device tool, carry those and .devcarry/tvm-runtime.tgz), one call per stage:
 #   bash benchmarks/run_edge_h100.sh calib    # -> $OUT/calib.tgz: calib-{full,edge}.csv + facts
 #   bash benchmarks/run_edge_h100.sh oracle edge|full  # -> $OUT/oracle.tgz: oracle-*.csv + facts
-#   bash benchmarks/run_edge_h100.sh checks   # verify_models + split_determinism, both configs
+#   bash benchmarks/run_edge_h100.sh checks [TAG]  # verify_models + split_determinism, both
+#     configs -> $OUT/{verify,determinism}[-TAG]-{full,edge}.json
 #     (carry checks.tgz: tar czf .devcarry/checks.tgz -C .devcarry verify determinism)
-# Here: calibrate, plan and build (the README's "End to end" commands), pack bench.tgz; there:
+#   bash benchmarks/run_edge_h100.sh options [TAG]  # build_options.py run, both configs
+#     -> $OUT/build-options[-TAG]-{full,edge}.json
+# TAG names a variant build in the result files, as under benchmarks/results/ (block-copies:
+# both checks scripts' build --block-copies; codl: build_options.py build --plans-from).
+# Here: calibrate, plan and build (benchmarks/BENCH.md "Reproduce"), pack bench.tgz; there:
 #   bash benchmarks/run_edge_h100.sh bench     # -> $OUT/bench-{full,edge}.json
 set -euo pipefail
 STAGE=$1
+TAG=${2:-}  # checks, options: a variant build's name in the result files
 PCT=${MPS_PERCENT:-5}
 OUT=${OUT:-/tmp/codl-out}
 RES=/tmp/codl-res
@@ -45,19 +51,21 @@ oracle)  # $2: edge (default) or full
   tar czf "$OUT/oracle.tgz" -C $RES . ;;
 options)  # python benchmarks/build_options.py build --pair x86-cuda-h100 --out .devcarry/build-options
   tar xzf .devcarry/build-options.tgz -C /tmp/work
+  O=build-options${TAG:+-$TAG}
   timeout 200 python3 benchmarks/build_options.py run /tmp/work/build-options \
-    -o "$OUT/build-options-full.json" --rounds 15 2>&1 | tail -12 || echo "options-full failed"
+    -o "$OUT/$O-full.json" --rounds 15 2>&1 | tail -12 || echo "$O-full failed"
   edge timeout 250 python3 benchmarks/build_options.py run /tmp/work/build-options \
-    -o "$OUT/build-options-edge.json" --rounds 15 2>&1 | tail -12 || echo "options-edge failed" ;;
+    -o "$OUT/$O-edge.json" --rounds 15 2>&1 | tail -12 || echo "$O-edge failed" ;;
 checks)  # verify_models.py build -o .devcarry/verify; split_determinism.py build (see each)
   tar xzf .devcarry/checks.tgz -C /tmp/work
   for on in full edge; do
     WRAP=$([ "$on" = edge ] && echo edge || true)
+    V=verify${TAG:+-$TAG}-$on D=determinism${TAG:+-$TAG}-$on
     $WRAP timeout 120 python3 benchmarks/verify_models.py run /tmp/work/verify \
-      -o "$OUT/verify-$on.json" 2>&1 | grep -v Warn | tail -14 || echo "verify-$on failed"
+      -o "$OUT/$V.json" 2>&1 | grep -v Warn | tail -14 || echo "$V failed"
     $WRAP timeout 130 python3 benchmarks/split_determinism.py run /tmp/work/determinism \
-      -o "$OUT/determinism-$on.json" 2>&1 | grep -v Warn | awk '$2 != "0.00e+00"' | tail -20 \
-      || echo "determinism-$on failed"
+      -o "$OUT/$D.json" 2>&1 | grep -v Warn | awk '$2 != "0.00e+00"' | tail -20 \
+      || echo "$D failed"
   done ;;
 bench)
   tar xzf .devcarry/bench.tgz -C /tmp/work

@@ -4,14 +4,14 @@
 #   ../shared/gpu/pack-tvm-runtime.sh .devcarry
 # then, from the repo root on the H100 machine with .devcarry/ carried:
 #   bash benchmarks/run_kernels_h100.sh
-# Writes $OUT/kernels-h100.json, $OUT/peak_gpu.json and $OUT/kernels-h100.log.
+# Writes $OUT/kernels-h100.json, peak_gpu.json, kernels-h100-{gpu,lscpu}.txt and kernels-h100.log.
 set -euo pipefail
 OUT=${OUT:-/tmp/codl-out}
 mkdir -p "$OUT" /tmp/site
 tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
 export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" || true
-lscpu > "$OUT/lscpu.txt" || true
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/kernels-h100-gpu.txt" || true
+lscpu > "$OUT/kernels-h100-lscpu.txt" || true
 nvcc -O3 -arch=sm_90 benchmarks/peak/peak_gpu.cu -o /tmp/peak_gpu
 /tmp/peak_gpu | tee "$OUT/peak_gpu.json"
 # nvcc compiles each library's CUDA source at load: warm the disk cache in parallel first

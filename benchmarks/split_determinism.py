@@ -96,7 +96,8 @@ def main() -> int:
     b.add_argument("--ops", default="", help="only ops whose id starts so (e.g. matmul,conv2d_1)")
     b.add_argument("--out", default=".devcarry/determinism")
     b.add_argument("--block-copies", action="store_true",
-                   help="split with block copies (results/split-determinism-block-copies.json)")
+                   help="split with block copies "
+                        "(results/determinism-block-copies-{full,edge}.json)")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
     r.add_argument("-o", "--output", required=True)

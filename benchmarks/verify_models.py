@@ -6,7 +6,8 @@ them; this runs them. Models whose weights fit the 64 MiB carry, at small inputs
     # here (full TVM + onnxruntime): artifacts with weights, inputs, onnxruntime's outputs
     python benchmarks/verify_models.py build -o .devcarry/verify
     # there (runtime-only TVM, CUDA):
-    python benchmarks/verify_models.py run .devcarry/verify -o $OUT/verify-h100.json
+    python benchmarks/verify_models.py run .devcarry/verify -o $OUT/verify-full.json
+    # both configurations, as in benchmarks/results/: bash benchmarks/run_edge_h100.sh checks
 
 ``run`` prints one row per (model, plan): relative error against onnxruntime, against the
 model's gpu-only run, and between runs (which must be identical); it exits 1 when any error is
@@ -127,11 +128,11 @@ def main() -> int:
     b.add_argument("--pair", default="x86-cuda",
                    help="x86-cuda (the H100 machine) or a preset, e.g. cpu-pair to try it here")
     b.add_argument("--block-copies", action="store_true",
-                   help="splits with block copies (results/verify-models-block-copies.json)")
+                   help="splits with block copies (results/verify-block-copies-{full,edge}.json)")
     r = sub.add_parser("run")
     r.add_argument("folder")
     r.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."),
-                                                          "verify-h100.json"))
+                                                          "verify-full.json"))
     r.add_argument("--jobs", type=int, default=8, help="processes compiling CUDA first")
     args = p.parse_args()
     if args.cmd == "build":
