@@ -23,7 +23,8 @@ import codl_tvm
 from codl_tvm import Plan, executable, tiling
 from codl_tvm.predictor import DATA_DIR, OpSpec, load, mirror
 from codl_tvm.predictor.base import sub_spec
-from codl_tvm.predictor.mirror import Machine, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import SHARING_KINDS
 from codl_tvm.profiler import read_samples
 from codl_tvm.schedules import blocking_of, dispatch
@@ -48,13 +49,13 @@ def test_schedules_and_predictor_share_one_table():
 
 
 def test_removing_a_row_changes_the_predictors_choice(monkeypatch):
-    assert kernel("cpu", K1, Machine()).algorithm == "gemm-1x1"
-    assert kernel("gpu", K3, Machine()).algorithm == "gpu-winograd-2x2-3x3"
+    assert kernel("cpu", K1, reference()).algorithm == "gemm-1x1"
+    assert kernel("gpu", K3, reference()).algorithm == "gpu-winograd-2x2-3x3"
     gone = {"cpu-conv2d-gemm-1x1", "gpu-conv2d-winograd"}
     table = tuple(r for r in TABLE if r.name not in gone)
     monkeypatch.setattr(mirror, "_BY_KIND", mirror.by_kind(mirror.rows_of(table)))
-    assert kernel("cpu", K1, Machine()).algorithm == "direct-nchwc"
-    assert kernel("gpu", K3, Machine()).algorithm.startswith("gpu-conv-tiled")
+    assert kernel("cpu", K1, reference()).algorithm == "direct-nchwc"
+    assert kernel("gpu", K3, reference()).algorithm.startswith("gpu-conv-tiled")
     assert [r.name for r in dispatch.build_rules(table)] == [r.name for r in table]
 
 
@@ -137,7 +138,7 @@ def test_old_switches_change_no_kernel_nor_prediction(monkeypatch):
     for name, value in OLD_SWITCHES.items():
         monkeypatch.setenv(name, value)
     assert tiling.current_variants() == KernelVariants()
-    assert not tiling.gemm_wins(mirror.conv_shape(K1S2), Machine())
+    assert not tiling.gemm_wins(mirror.conv_shape(K1S2), reference())
     assert tiling.gpu_winograd_wins(mirror.conv_shape(K3))
     assert now() == before
 

@@ -26,7 +26,8 @@ from codl_tvm import tiling
 from codl_tvm.predictor import OpSpec, make, mirror
 from codl_tvm.predictor.blocking import terms
 from codl_tvm.predictor.codl import AlgorithmFallbackWarning
-from codl_tvm.predictor.mirror import Machine, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import kernel
 from codl_tvm.profiler import space
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import testing as T
@@ -39,7 +40,7 @@ from codl_tvm.tiling import KernelVariants
 CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
 TARGETS = {"cpu": CPU, "gpu": CUDA}
-MACHINE = Machine(cores=16, lanes=16, sms=132)
+MACHINE = dataclasses.replace(reference(), cores=16, lanes=16, sms=132)
 DEFAULT_VARIANTS = KernelVariants()
 WORKLOADS = Path("/work/shared/workloads/conv2d.csv")
 REPO = Path(__file__).resolve().parent.parent
@@ -195,7 +196,8 @@ def test_pure_direct_tiles_equal_the_schedule(lanes, regs):
         for ow in (1, 2, 7, 13, 14, 15, 52):
             c = Conv2DInfo(1, 8, 9, ow, oc, 8, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), 9, ow)
             info = TargetInfo("cpu", "llvm", lanes, regs, 16, 1)
-            assert tiling.direct_tiles(c, Machine(lanes=lanes)) == conv_tiles(c, info)
+            m = dataclasses.replace(reference(), lanes=lanes)
+            assert tiling.direct_tiles(c, m) == conv_tiles(c, info)
 
 
 def test_predictor_imports_no_tvm():

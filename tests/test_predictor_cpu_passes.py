@@ -9,11 +9,12 @@ import pytest
 
 from codl_tvm import tiling
 from codl_tvm.predictor import blocking, cpu_passes
-from codl_tvm.predictor.mirror import Machine, conv_shape, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import conv_shape, kernel
 from codl_tvm.predictor.opspec import OpSpec
 
-M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
-L2_TOTAL = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+M = reference()  # the H100 machine's CPU side: 16 cores, 16 lanes
+L2_TOTAL = M.cores // M.cpu_smt * M.cpu_l2_bytes_per_core
 
 
 def op(kind: str, h: int, w: int, ic: int, oc: int, k: int = 1, s: int = 1) -> OpSpec:
@@ -29,7 +30,7 @@ def op(kind: str, h: int, w: int, ic: int, oc: int, k: int = 1, s: int = 1) -> O
 def test_a_1x1_panel_counts_at_most_an_l1(ic: int, k: int, counted: int) -> None:
     """The panel a worker fetches from the cores that packed it, for 1x1 models
     up to an L1's worth (beyond, the L1-spill term loads it from L2 on every tile)."""
-    assert cpu_passes.conv_panel_floats(32 * ic * k * k, k == 1) == counted
+    assert cpu_passes.conv_panel_floats(32 * ic * k * k, k == 1, M.cpu_l1_bytes) == counted
 
 
 def test_the_direct_conv_streams_the_bytes_it_writes_beyond_the_l2s() -> None:
@@ -56,20 +57,23 @@ def test_direct_weight_panel_beyond_l1(ic: int, k: int, spills: bool) -> None:
     assert kernel("cpu", s, M).algorithm == "direct-nchwc"
     ocb, _ = tiling.direct_tiles(conv_shape(s), M)
     panel_bytes = ocb * s.reduction * 4
-    assert (panel_bytes > blocking.CPU_L1_BYTES) == spills
+    assert (panel_bytes > M.cpu_l1_bytes) == spills
     t = blocking.cpu_conv(s, M)
     waves = math.ceil(kernel("cpu", s, M).num_blocks / M.cores)
     assert t[5] == (waves * s.reduction * (ocb // M.lanes) if spills else 0.0)
 
 
+L2 = M.cpu_l2_bytes_per_core
+
+
 def test_a_core_fetches_again_the_rows_beyond_its_l2() -> None:
     """A core's tasks sweep its input rows once per channel block; the rows refit
     its L2 on later sweeps up to 2 MB, the rest comes again (a hinge)."""
-    l2_floats = blocking.CPU_L2_BYTES_PER_CORE // 4
-    assert cpu_passes.conv_refetch_floats(3 * l2_floats, 29, 29) == 0.0  # one sweep
-    assert cpu_passes.conv_refetch_floats(l2_floats / 2, 29, 87) == 0.0  # fits: hits
+    l2_floats = M.cpu_l2_bytes_per_core // 4
+    assert cpu_passes.conv_refetch_floats(3 * l2_floats, 29, 29, L2) == 0.0  # one sweep
+    assert cpu_passes.conv_refetch_floats(l2_floats / 2, 29, 87, L2) == 0.0  # fits: hits
     # three sweeps of rows twice the L2: two more fetches of the half that does not stay
-    assert cpu_passes.conv_refetch_floats(2 * l2_floats, 29, 87) == 2 * l2_floats
+    assert cpu_passes.conv_refetch_floats(2 * l2_floats, 29, 87, L2) == 2 * l2_floats
 
 
 def test_the_1x1_stride2_fetch_counts_sweeps_past_the_l2() -> None:
@@ -85,5 +89,5 @@ def test_the_1x1_stride2_fetch_counts_sweeps_past_the_l2() -> None:
     pairs = conv_core_row_pairs(M, 3, tasks)
     assert pairs == 114  # the busiest core's 338 tasks: about four sweeps of the 29 rows
     once = 29 * 1812 * 42  # rows x channels x the sampled row (3 tiles of 14)
-    again = (pairs - 29) / 29 * (once - blocking.CPU_L2_BYTES_PER_CORE / 4)
+    again = (pairs - 29) / 29 * (once - M.cpu_l2_bytes_per_core / 4)
     assert blocking.cpu_conv(s, M)[1] == pytest.approx(once + again)

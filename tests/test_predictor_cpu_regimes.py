@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from codl_tvm.predictor import cpu_terms
-from codl_tvm.predictor.mirror import Machine
+from codl_tvm.predictor.machine import reference
 from codl_tvm.predictor.opspec import OpSpec
 
-M = Machine()
+M = reference()
 FETCH_K1, FETCH_KN = 1, 6  # cpu_conv's input-fetch slot of the 1x1 and of the KxK model
 
 

@@ -17,6 +17,7 @@ pool/depthwise ones reached on the same rows (54%, 33%, 46%, 41%), so losing a t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -27,14 +28,15 @@ from codl_tvm import tiling
 from codl_tvm.predictor import DATA_DIR, blocking, cpu_chunks, cpu_stream_terms, make
 from codl_tvm.predictor.accuracy import split_models, split_rows
 from codl_tvm.predictor.base import sub_spec
-from codl_tvm.predictor.mirror import Machine, eltwise_gathered_passes, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import eltwise_gathered_passes, kernel
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
-M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
+M = reference()  # the H100 machine's CPU side: 16 cores, 16 lanes
 # cpu_conv slots: unpack reads of others' tiles, weight panels (most, all), unpack beyond L1
 UNPACK_REMOTE, PANELS, UNPACK_OVER_L1 = 7, slice(8, 10), 10
-L2_TOTAL = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+L2_TOTAL = M.cores // M.cpu_smt * M.cpu_l2_bytes_per_core
 
 
 def op(kind: str, h: int, w: int, ic: int, oc: int, k: int = 1, s: int = 1) -> OpSpec:
@@ -118,7 +120,7 @@ def test_winograd_weight_transform_costs_more_within_the_l2s() -> None:
     t = blocking.cpu_winograd(fits, M)
     assert t[1] == t[3] > 0.0  # 16 x 512 x 512 floats: 16 MiB, all within
     t = blocking.cpu_winograd(out, M)  # 64 MiB: a quarter within
-    l2s = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+    l2s = M.cores // M.cpu_smt * M.cpu_l2_bytes_per_core
     assert t[1] == pytest.approx(l2s / 4 / M.cores) and t[1] == pytest.approx(t[3] / 4)
 
 
@@ -206,7 +208,7 @@ def test_gemv_pays_a_fork_join_only_for_several_tasks() -> None:
 def test_gemv_stlb_term_starts_past_the_tlb_reach() -> None:
     """Regression: GEMVs whose pass touches more 4 KiB pages than the STLB holds
     stream about 2x slower per byte on the H100 host (3342 x 831: 18 us/MB)."""
-    reach_rows = blocking.CPU_STLB_ENTRIES  # rows of a full page each: one page a row
+    reach_rows = M.cpu_stlb_entries  # rows of a full page each: one page a row
     assert blocking.cpu_dense(op("dense", 1, 1, reach_rows, 1024), M)[-1] == 0.0
     assert blocking.cpu_dense(op("dense", 1, 1, reach_rows + 1, 1024), M)[-1] > 0.0
     # narrow rows touch less than a page each: the same IC stays within reach
@@ -242,7 +244,8 @@ def test_eltwise_reads_from_dram_only_past_the_last_level_cache() -> None:
 
 # ---- the streaming limit is learned per target ---------------------------------------------
 def _streams(s: OpSpec, limit: int) -> bool:
-    return blocking.cpu_eltwise(s, Machine(cpu_stream_bytes=limit))[2] > 0.0
+    m = dataclasses.replace(reference(), cpu_stream_bytes=limit)
+    return blocking.cpu_eltwise(s, m)[2] > 0.0
 
 
 @pytest.mark.parametrize("limit_mb", [2, 6, 48])
@@ -254,7 +257,7 @@ def test_the_stream_limit_is_learned_from_the_samples(rows, limit_mb) -> None:
     elt = [dict(r) for r in rows if r["op"] == "elementwise" and r["role"] == "cpu"]
     # t0, per row-wave, per element, per streamed byte, per byte from DRAM
     unit_us = [2.0, 0.3, 0.002, 0.004, 0.004]
-    truth = Machine(cpu_stream_bytes=limit)
+    truth = dataclasses.replace(reference(), cpu_stream_bytes=limit)
     for r in elt:
         r["latency_us"] = float(np.dot(unit_us, [1.0, *blocking.cpu_eltwise(sub_spec(r), truth)]))
     learned = make("codl").fit(elt).machine_.cpu_stream_bytes
@@ -336,7 +339,7 @@ def test_eltwise_rows_llvm_unrolls_are_gathered(w: int, passes: int) -> None:
     row loop with gathers and scatters instead (assembly: 17-wide rows take 17 vgatherqps +
     vscatterqps per 8 rows); a fixed cost per wave had to stand in for it and put every
     50x50 row 1.3-1.57x over."""
-    assert eltwise_gathered_passes(w) == passes
+    assert eltwise_gathered_passes(w, M) == passes
     t = blocking.cpu_eltwise(OpSpec("elementwise", w, w, 64, 64, 1, 1, 1, 1, (0,) * 4, 1, 1), M)
     assert (t[1] > 0) == (passes > 0)
 

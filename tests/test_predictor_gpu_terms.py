@@ -17,10 +17,11 @@ from codl_tvm.predictor.gpu_terms import (
     gpu_pool,
     smem_store_wavefronts,
 )
-from codl_tvm.predictor.mirror import Machine, conv_shape, gpu_plan
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import conv_shape, gpu_plan
 from codl_tvm.predictor.opspec import OpSpec
 
-H100 = Machine()
+H100 = reference()
 
 
 def conv(h: int, w: int, ic: int, oc: int, k: int = 1) -> OpSpec:
@@ -33,8 +34,8 @@ def test_resident_blocks_follow_threads_and_registers():
     assert resident_blocks(tiling.BIG, H100) == 3
     assert resident_blocks(tiling.MID, H100) == 5
     assert resident_blocks(tiling.TINY_N, H100) == 10
-    # a GPU with 256-thread work groups (opencl) keeps at most 2 of them per compute unit
-    small = replace(H100, max_threads=256)
+    # a GPU of 512 threads per compute unit keeps at most 2 work groups of 256 on each
+    small = replace(H100, max_threads=256, gpu_sm_threads=512)
     assert resident_blocks(tiling.MID, small) == 2
     assert all(resident_blocks(t, small) >= 1 for t in (tiling.BIG, tiling.THIN_OC))
 

@@ -1,6 +1,7 @@
-"""Machine facts are data (issue #30, item 4): caches, SMT and TLB reach are ``Machine`` fields
-stored by name in the predictor file and taken from the facts detected where the samples were
-profiled; ties name terms, not columns; a predictor warns (or refuses) for another pair."""
+"""Machine facts are data: caches, SMT, TLB reach, the GPU's per-SM limits and LLVM's codegen
+facts are ``Machine`` fields, detected where the samples were profiled, stored by name in the
+predictor file and taken from there; no module holds one machine's numbers. Ties name terms,
+not columns; a predictor warns (or refuses) for another pair."""
 
 from __future__ import annotations
 
@@ -26,19 +27,29 @@ from codl_tvm.predictor import (
 from codl_tvm.predictor import ties as T
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.cpu_stream_terms import _l2s_bytes
-from codl_tvm.predictor.machine import CPU_FACT_FIELDS, machine_from_facts
-from codl_tvm.predictor.mirror import Machine
+from codl_tvm.predictor.machine import (
+    FACTS,
+    MachineFactWarning,
+    load_machine,
+    machine_from_facts,
+    machine_json,
+    reference,
+)
 from codl_tvm.predictor.opspec import SHARING_KINDS
 from codl_tvm.profiler import machine_facts, read_samples
 
 SHIPPED = DATA_DIR / "predictor-x86-cuda.json"
 SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
-FACTS = {"cpu_l1_bytes": 32 << 10, "cpu_l2_bytes": 1 << 20, "cpu_l3_bytes": 32 << 20,
-         "cpu_smt": 1, "cpu_stlb_entries": 1536, "gpu_l2_bytes": 40 << 20,
-         "cpu_model": "some CPU", "gpu_sms": 132}  # fmt: skip
+FACTS_DETECTED = {"cpu_l1_bytes": 32 << 10, "cpu_l2_bytes": 1 << 20, "cpu_l3_bytes": 32 << 20,
+                  "cpu_smt": 1, "cpu_stlb_entries": 1536, "gpu_l2_bytes": 40 << 20,
+                  "cpu_model": "some CPU", "gpu_sms": 132, "gpu_sm_threads": 1536,
+                  "gpu_sm_blocks": 16, "eltwise_unroll_add": 30,
+                  "pad_gather_identity_w": [9, 20]}  # fmt: skip
 # the detected L3 is not taken: a KVM guest's sysfs reports a synthetic one
 AS_MACHINE = {"cpu_l1_bytes": 32 << 10, "cpu_l2_bytes_per_core": 1 << 20,
-              "cpu_smt": 1, "cpu_stlb_entries": 1536, "l2_bytes": 40 << 20}  # fmt: skip
+              "cpu_smt": 1, "cpu_stlb_entries": 1536, "l2_bytes": 40 << 20,
+              "gpu_sm_threads": 1536, "gpu_sm_blocks": 16, "eltwise_unroll_add": 30,
+              "pad_gather_identity_w": (9, 20)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -46,45 +57,69 @@ def rows() -> list[dict]:
     return read_samples(SAMPLES)
 
 
-def test_defaults_are_the_h100_machines_and_the_shipped_file_names_none():
-    m = load(SHIPPED).machine_
-    assert m == Machine(cores=16, lanes=16, sms=132, l2_bytes=50 << 20,
-                        cpu_stream_bytes=m.cpu_stream_bytes)  # fmt: skip
-    assert (m.cpu_l1_bytes, m.cpu_l2_bytes_per_core, m.cpu_l3_bytes, m.cpu_stlb_entries,
-            m.cpu_smt) == (blocking.CPU_L1_BYTES, blocking.CPU_L2_BYTES_PER_CORE,
-                           blocking.CPU_L3_BYTES, blocking.CPU_STLB_ENTRIES, blocking.CPU_SMT)
+def test_the_shipped_file_names_every_fact_and_is_the_reference():
     stored = json.loads(SHIPPED.read_text())["model"]["machine"]
-    assert not set(stored) & set(CPU_FACT_FIELDS)
+    assert set(FACTS) <= set(stored)
+    assert load(SHIPPED).machine_ == dataclasses.replace(reference(), variants=reference().variants)
+    assert machine_json(reference()) == stored
+
+
+def test_a_file_of_the_current_format_must_name_every_fact():
+    doc = machine_json(reference())
+    del doc["gpu_sm_threads"]
+    with pytest.raises(ValueError, match="gpu_sm_threads"):
+        load_machine(doc)
+    # files before format 5 were all trained on the reference machine: it fills them
+    assert load_machine({"cores": 8, "lanes": 16, "sms": 132}, 4) == dataclasses.replace(
+        reference(), cores=8, cpu_stream_bytes=0)
+    assert load_machine([16, 16, 132, 50 << 20, 0], 2) == dataclasses.replace(
+        reference(), cpu_stream_bytes=0)
+    with pytest.raises(ValueError, match="unknown machine facts"):
+        load_machine({**doc, "cpu_l4_bytes": 1})
+    with pytest.raises(ValueError, match="pad_gather_crop_w"):
+        load_machine({**machine_json(reference()), "pad_gather_crop_w": "2-15"})
 
 
 def test_facts_fill_the_machine_and_change_the_terms():
-    m = machine_from_facts(Machine(), FACTS)
+    ref = reference()
+    m = machine_from_facts(ref, FACTS_DETECTED)
     assert {k: getattr(m, k) for k in AS_MACHINE} == AS_MACHINE
-    assert machine_from_facts(Machine(), {"cpu_l3_bytes": 0, "cpu_smt": True}) == Machine()
-    assert _l2s_bytes(m) == 16 * (1 << 20) and _l2s_bytes(Machine()) == 8 * (2 << 20)
-    assert m.cpu_l3_bytes == Machine().cpu_l3_bytes
-    # a machine whose L3 is smaller streams a pass the H100 machine's keeps
+    assert machine_from_facts(ref, {"cpu_l3_bytes": 0, "cpu_smt": True}) == ref
+    assert _l2s_bytes(m) == 16 * (1 << 20) and _l2s_bytes(ref) == 8 * (2 << 20)
+    assert m.cpu_l3_bytes == ref.cpu_l3_bytes
+    # a machine whose L3 is smaller streams a pass the reference machine's keeps
     elt = OpSpec("elementwise", 224, 224, 250, 250, 1, 1)  # 2 x 50 MB: past 32 MB, not 105
     small = dataclasses.replace(m, cpu_l3_bytes=32 << 20)
-    assert blocking.terms("cpu", elt, small)[-1] > 0 == blocking.terms("cpu", elt, Machine())[-1]
+    assert blocking.terms("cpu", elt, small)[-1] > 0 == blocking.terms("cpu", elt, ref)[-1]
+    # a 40-wide bias-add row is gathered on the reference's LLVM target, not on one that
+    # unrolls rows up to 30 columns only
+    row = OpSpec("elementwise", 40, 40, 64, 64, 1, 1)
+    assert blocking.cpu_eltwise(row, ref)[1] > 0
+    assert blocking.cpu_eltwise(row, dataclasses.replace(
+        ref, eltwise_unroll_add=30, eltwise_unroll_relu=30))[1] == 0
+    # an SM of 1024 threads runs half the waves of DLight's 1024-thread blocks at once
+    pool = OpSpec("pool_max", 112, 112, 64, 64, 3, 3, 2, 2)
+    half = dataclasses.replace(ref, gpu_sm_threads=1024)
+    assert blocking.gpu_pool(pool, half)[0] == 2 * blocking.gpu_pool(pool, ref)[0]
 
 
 def test_training_takes_the_facts_beside_the_samples_and_the_file_keeps_them(rows, tmp_path):
     samples = tmp_path / "s.csv"
     shutil.copy(SAMPLES, samples)
-    machine_facts.write(samples, FACTS)
-    pred = train(samples, kind="codl", output=tmp_path / "p.json", cpu_stream_bytes=0)
+    machine_facts.write(samples, FACTS_DETECTED)
+    with pytest.warns(MachineFactWarning, match="max_threads"):
+        pred = train(samples, kind="codl", output=tmp_path / "p.json", cpu_stream_bytes=0)
     assert {k: getattr(pred.machine_, k) for k in AS_MACHINE} == AS_MACHINE
     stored = json.loads((tmp_path / "p.json").read_text())["model"]["machine"]
-    assert {k: v for k, v in stored.items() if k in CPU_FACT_FIELDS} == {
-        k: v for k, v in AS_MACHINE.items() if k in CPU_FACT_FIELDS}
+    assert stored["eltwise_unroll_add"] == 30 and stored["pad_gather_identity_w"] == [9, 20]
     back = load(tmp_path / "p.json")
     assert back.machine_ == pred.machine_
     comp = [r for r in rows[::5] if r["op"] not in SHARING_KINDS]
     assert back.predict(comp) == pytest.approx(pred.predict(comp), rel=1e-2)
-    plain = train(rows, kind="codl", cpu_stream_bytes=0)  # rows: no facts, the defaults
+    with pytest.warns(MachineFactWarning, match="cpu_l1_bytes.*eltwise_unroll_add"):
+        plain = train(rows, kind="codl", cpu_stream_bytes=0)  # rows: no facts
     assert plain.machine_ == dataclasses.replace(pred.machine_, **{
-        f: getattr(Machine(), f) for f in AS_MACHINE})
+        f: getattr(reference(), f) for f in AS_MACHINE})
 
 
 def test_calibration_takes_the_targets_caches(rows):
@@ -92,17 +127,6 @@ def test_calibration_takes_the_targets_caches(rows):
     comp = [r for r in rows if r["op"] not in SHARING_KINDS][:200]
     pred.calibrate(comp, machine={"cpu_l2_bytes": 1 << 20, "gpu_sms": 132})
     assert pred.machine_.cpu_l2_bytes_per_core == 1 << 20 and pred.machine_.run_sms == 0
-
-
-def test_a_format_2_list_with_cpu_facts_is_saved_by_name(tmp_path):
-    from codl_tvm.predictor.machine import load_machine, machine_json
-
-    m = dataclasses.replace(Machine(), cpu_smt=1)
-    assert isinstance(machine_json(Machine(), 2), list)
-    doc = machine_json(m, 2)
-    assert doc["cpu_smt"] == 1 and load_machine(doc) == m
-    with pytest.raises(ValueError, match="unknown machine facts"):
-        load_machine({"cores": 16, "cpu_l4_bytes": 1})
 
 
 # ---- ties by name ------------------------------------------------------------------------
@@ -117,7 +141,7 @@ def test_every_named_term_list_matches_its_terms():
         for s in SPECS:
             want_kind = "elementwise" if algo == "parallel-loops" else "conv2d"
             if s.kind == want_kind:
-                assert len(blocking.terms(fam, s, Machine(), algo)) == len(names), algo
+                assert len(blocking.terms(fam, s, reference(), algo)) == len(names), algo
     for ties in (*T.TIED_UNITS.values(), *T.TIED_VARIANT_UNITS.values()):
         for tie in ties:  # every tie names a term of its model and a source the unit reads
             assert any(tie.term in n for n in blocking.TERM_NAMES.values())

@@ -14,12 +14,13 @@ import re
 import pytest
 
 from codl_tvm.predictor import cpu_terms
-from codl_tvm.predictor.mirror import Machine, kernel, pad_gathered
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import kernel, pad_gathered
 from codl_tvm.predictor.opspec import OpSpec
 
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
           "mtriple": "x86_64-linux-gnu"}  # fmt: skip
-M = Machine()
+M = reference()
 PAD_TERM = 11  # cpu_conv's gathered-pad slot (the written bytes beyond the L2s follow it)
 
 
@@ -88,7 +89,7 @@ def test_the_rule_matches_llvms_pad_pass(h: int, w: int, ic: int, oc: int, k: in
                                          p: int) -> None:
     s = OpSpec("conv2d", h, w, ic, oc, k, k, st, st, (p,) * 4)
     assert kernel("cpu", s, M).algorithm == "direct-nchwc"
-    assert pad_gathered(s, *cpu_terms.direct_padded_in(s, M)) == compiled_pad_gathers(s)
+    assert pad_gathered(s, *cpu_terms.direct_padded_in(s, M), M) == compiled_pad_gathers(s)
 
 
 def test_the_gathered_copy_is_a_term_of_its_own() -> None:

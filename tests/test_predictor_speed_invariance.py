@@ -24,6 +24,7 @@ both computations together and needs no new fixture.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import warnings
@@ -40,7 +41,8 @@ from codl_tvm.geometry import Window, row_part, split_count
 from codl_tvm.predictor import DATA_DIR, make, mirror
 from codl_tvm.predictor.accuracy import _full_ops
 from codl_tvm.predictor.base import OutOfRangeWarning, sub_spec
-from codl_tvm.predictor.mirror import Machine, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import SHARING_KINDS, SPLIT_DIMS, WINDOW_KINDS, OpSpec
 from codl_tvm.profiler import read_samples
 
@@ -48,7 +50,8 @@ SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
 KINDS = ("codl", "flops", "eop")
 RATIOS = (0.0, 0.1, 0.3, 0.5, 0.77, 1.0)
 CHAIN_RATIOS = (0.3, 0.77)  # chain=True: no sharing cost
-MACHINES = (Machine(), Machine(cores=4, lanes=8, sms=4), Machine(cores=2, lanes=4, sms=84))
+MACHINES = (reference(), dataclasses.replace(reference(), cores=4, lanes=8, sms=4),
+            dataclasses.replace(reference(), cores=2, lanes=4, sms=84))
 N_OPS = 320
 # beyond every trained range (the samples' ops are all inside): the range check's other branch
 # and extrapolated predictions

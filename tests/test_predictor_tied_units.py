@@ -23,7 +23,8 @@ from codl_tvm.predictor.accuracy import split_models
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.blocking import term_column
 from codl_tvm.predictor.fitting import robust_rel_fit
-from codl_tvm.predictor.mirror import Machine, conv_shape, kernel
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import conv_shape, kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import (
     TIED_UNITS,
@@ -37,14 +38,14 @@ from codl_tvm.predictor.ties import (
 from codl_tvm.profiler import read_samples
 from codl_tvm.tiling import gemm_tiles
 
-M = Machine()  # the H100 machine's CPU side: 16 cores, 16 lanes
+M = reference()  # the H100 machine's CPU side: 16 cores, 16 lanes
 # ties name terms; the columns these tests index
 L1_SPILL_COLUMN = term_column("cpu", "direct-nchwc", "l1_spill")
 WEIGHT_PACK_COLUMN = term_column("cpu", "gemm-1x1", "weight_pack")
 CONV_PACK_COLUMN = term_column("cpu", "direct-nchwc", "weight_pack")
 ELT_ELEMENT = term_column("cpu", "parallel-loops", "row_elements")
 ELT_STREAMED = term_column("cpu", "parallel-loops", "streamed_bytes")
-L2S = M.cores // blocking.CPU_SMT * blocking.CPU_L2_BYTES_PER_CORE
+L2S = M.cores // M.cpu_smt * M.cpu_l2_bytes_per_core
 WINO = "cpu/conv2d/winograd-2x2-3x3"
 GEMM = "cpu/conv2d/gemm-1x1"
 DATA = Path(__file__).parent / "data"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codl_tvm.predictor.machine import reference
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.profiler import space
 from codl_tvm.profiler.schema import COLUMNS, SampleError, SampleWriter, read_samples, row_key
@@ -139,7 +140,7 @@ def test_deep_stratum_draws_tail_layers_with_weights_past_the_l2s():
 def test_body_stratum_draws_body_layers_past_the_quick_caps():
     """Regression: under the quick draw's 1e8 FLOPs cap no random row of the H100
     file was a CNN body layer, nor a direct 1x1 conv with input planes over 32 KB."""
-    from codl_tvm.predictor.mirror import Machine, kernel
+    from codl_tvm.predictor.mirror import kernel
 
     specs = space.body_specs(48, seed=2)
     assert len(specs) == 48 and {s.kind for s in specs} == {"conv2d"}
@@ -151,7 +152,7 @@ def test_body_stratum_draws_body_layers_past_the_quick_caps():
         assert lo_f <= s.flops <= hi_f and s.KH <= 7
     assert np.mean([s.flops > 1e8 for s in specs]) == 1.0
     direct_k1 = [s for s in specs
-                 if s.KH == 1 and kernel("cpu", s, Machine()).algorithm == "direct-nchwc"]
+                 if s.KH == 1 and kernel("cpu", s, reference()).algorithm == "direct-nchwc"]
     assert sum(s.H * s.W * 4 > 32 << 10 for s in direct_k1) >= 3
     assert space.body_specs(48, seed=2) == specs
 
@@ -166,20 +167,20 @@ def test_pointwise_stratum_draws_stride_one_1x1_convs():
 
 def test_downsample_stratum_draws_stride_two_1x1_convs():
     """The training draw had no 1x1 stride-2 conv (ResNets' shortcuts)."""
-    from codl_tvm.predictor.mirror import Machine, kernel
+    from codl_tvm.predictor.mirror import kernel
 
     specs = space.stratum_specs("downsample", 24, seed=3)
     assert len(specs) == 24 and {(s.KH, s.KW, s.SH, s.SW) for s in specs} == {(1, 1, 2, 2)}
     st = space.STRATA["downsample"]
     assert all(st.hw[0] <= s.H <= st.hw[1] and s.pad == (0, 0, 0, 0) for s in specs)
     assert all(st.flops[0] <= s.flops <= st.flops[1] for s in specs)
-    assert {kernel("cpu", s, Machine()).algorithm for s in specs} == {"direct-nchwc"}
+    assert {kernel("cpu", s, reference()).algorithm for s in specs} == {"direct-nchwc"}
 
 
 def test_pools_stratum_draws_padded_3x3_and_global_pools():
     """The training draw's pools never pad and are never global (ResNet's padded
     3x3/2 max pool and its global average pool were regimes no sample had)."""
-    from codl_tvm.predictor.mirror import Machine, kernel
+    from codl_tvm.predictor.mirror import kernel
 
     specs = space.stratum_specs("pools", 40, seed=18)
     assert len(specs) == 40 and {s.kind for s in specs} == {"pool_max", "pool_avg"}
@@ -189,7 +190,7 @@ def test_pools_stratum_draws_padded_3x3_and_global_pools():
     assert all(s.KH == 3 and s.SH in (1, 2) and 7 <= s.H <= 224 for s in padded)
     assert all(s.KH == s.H and 4 <= s.H <= 32 and s.pad == (0, 0, 0, 0) for s in glob)
     assert all(s.IC == s.OC and 16 <= s.IC <= 2048 for s in specs)
-    algos = {kernel("gpu", s, Machine()).algorithm for s in glob if s.kind == "pool_avg"}
+    algos = {kernel("gpu", s, reference()).algorithm for s in glob if s.kind == "pool_avg"}
     assert "global-reduction" in algos
     assert space.stratum_specs("pools", 40, seed=18) == specs
 

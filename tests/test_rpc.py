@@ -339,3 +339,15 @@ def test_bench_times_every_plan_on_the_remote(server):
                  session=rpc.connect(rpc=server))
     assert {r["plan"] for r in rows} == {"cpu-only", "gpu-only"}
     assert all(r["latency_ms"] > 0 and r["max_rel_err"] <= 1e-5 for r in rows)
+
+
+def test_an_rpc_profile_takes_the_servers_cpu_facts(server, stock_server):
+    """Over RPC the CPU facts beside the samples are the server machine's, read through the
+    codl server's ``codl.rpc.machine_facts``; a stock TVM server has none to give."""
+    from codl_tvm.profiler import machine_facts
+    from codl_tvm.profiler.measure import Session
+
+    facts = Session(rpc=server).remote_cpu_facts()
+    local = machine_facts.detect(None)
+    assert facts["cpu_logical"] == local["cpu_logical"] and facts["cpu_model"] == local["cpu_model"]
+    assert Session(rpc=stock_server).remote_cpu_facts() == {}

@@ -4,11 +4,14 @@ where their measured predicate says so."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import hypothesis.strategies as st
 import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
 
+from codl_tvm.predictor.machine import reference
 from codl_tvm.schedules import blocking_of, dispatch
 from codl_tvm.schedules import testing as T
 from codl_tvm.schedules.analysis import analyze
@@ -126,7 +129,7 @@ def test_gemm_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypa
     """``KernelVariants(cpu_gemm="always")`` measures the GEMM where the direct conv wins
     (the 1x1 stride-2 convs); the predictor's dispatch mirror follows the variants
     its machine records. The retired ``CODL_CPU_GEMM`` changes neither."""
-    from codl_tvm.predictor.mirror import Machine, kernel
+    from codl_tvm.predictor.mirror import kernel
     from codl_tvm.predictor.opspec import OpSpec
     from codl_tvm.tiling import KernelVariants, use_variants
 
@@ -135,11 +138,12 @@ def test_gemm_always_sends_every_1x1_to_the_gemm_and_the_mirror_follows(monkeypa
     t = target_info(tvm.target.Target(AVX512))
     monkeypatch.setenv("CODL_CPU_GEMM", "always")  # ignored
     assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-direct-nchwc"
-    assert kernel("cpu", spec, Machine()).algorithm == "direct-nchwc"
+    assert kernel("cpu", spec, reference()).algorithm == "direct-nchwc"
     always = KernelVariants(cpu_gemm="always")
     with use_variants(always):
         assert dispatch.select_rules(info, t)[0].name == "cpu-conv2d-gemm-1x1"
-    assert kernel("cpu", spec, Machine(variants=always)).algorithm == "gemm-1x1"
+    gemm = dataclasses.replace(reference(), variants=always)
+    assert kernel("cpu", spec, gemm).algorithm == "gemm-1x1"
 
 
 @pytest.mark.parametrize("x, w, attrs, rule", DISPATCH)

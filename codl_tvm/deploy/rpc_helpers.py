@@ -86,8 +86,17 @@ def _cpu_threads(n: int) -> int:
     return int(use_cpu_threads(n) or 0)
 
 
+def _machine_facts() -> str:
+    """The server machine's CPU facts (model, logical CPUs, caches) as JSON: an RPC profile
+    stores the target's, not the host's."""
+    from ..profiler import machine_facts
+
+    return json.dumps(machine_facts.detect(None, host=True))
+
+
 FUNCTIONS = {
     "codl.rpc.version": _version,
+    "codl.rpc.machine_facts": _machine_facts,
     "codl.rpc.bind": _bind,
     "codl.rpc.call": _call,
     "codl.rpc.time": _time,

@@ -26,8 +26,8 @@ from ..outputs import write_text
 
 # 2: roles of one trained range share one entry ("cpu,gpu"); 3: a codl file leaves its tied
 # units out (0, derived at load from their source models, ``ties.py``)
-FORMAT_VERSION = 4  # 4: machine facts by name (machine.MACHINE_BY_NAME_FROM)
-READS_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5  # 4: machine facts by name; 5: all of them (machine.ALL_FACTS_FROM)
+READS_VERSIONS = (1, 2, 3, 4, 5)
 RANGE_FIELDS = ("out_h", "out_w", "IC", "OC", "reduction")
 _range_values = operator.attrgetter(*RANGE_FIELDS)  # one C call per check, not five getattr
 REGISTRY: dict[str, type[BasePredictor]] = {}

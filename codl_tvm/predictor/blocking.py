@@ -31,18 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from codl_tvm.predictor.cpu_chunks import CPU_SMT  # noqa: F401 - this module's API
-from codl_tvm.predictor.cpu_passes import (  # noqa: F401 - constants: this module's API
-    CPU_L1_BYTES,
-    CPU_L2_BYTES_PER_CORE,
-)
 from codl_tvm.predictor.cpu_stream_terms import (  # noqa: F401 - constants: this module's API
     CPU_ELTWISE_TERMS,
-    CPU_L3_BYTES,
     CPU_PAGE_BYTES,
-    CPU_STLB_ENTRIES,
-    LLVM_MAX_VF,
-    LLVM_MIN_TRIP,
     _streamed,
     cpu_dense,
     cpu_eltwise,

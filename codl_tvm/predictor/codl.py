@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from codl_tvm import tiling
-from codl_tvm.predictor.base import BasePredictor, sub_spec
+from codl_tvm.predictor.base import FORMAT_VERSION, BasePredictor, sub_spec
 from codl_tvm.predictor.blocking import (
     ANALYTIC,
     BY_FILTER,
@@ -41,6 +41,7 @@ from codl_tvm.predictor.blocking import (
 from codl_tvm.predictor.codl_format import current_key, flat_models, trim_zeros
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.machine import (
+    from_detected,
     load_machine,
     machine_from_facts,
     machine_json,
@@ -106,7 +107,8 @@ class CoDLPredictor(BasePredictor):
         self.family_ = {r["role"]: _family(r) for r in rows}
         groups: dict[str, list[int]] = defaultdict(list)
         subs = [sub_spec(r) for r in rows]
-        self.machine_ = _machine(rows, getattr(self, "train_machine_", None) or {})
+        self.machine_ = _machine(rows, getattr(self, "train_machine_", None) or {},
+                                 set(self.family_.values()))
         for i, (r, s) in enumerate(zip(rows, subs, strict=True)):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
         stream = self.cpu_stream_bytes
@@ -324,7 +326,8 @@ class CoDLPredictor(BasePredictor):
 
     def _load_model(self, doc: dict[str, Any]) -> None:
         self.machine_ = dataclasses.replace(
-            load_machine(doc["machine"]), variants=KernelVariants.from_json(doc.get("variants")))
+            load_machine(doc["machine"], getattr(self, "_loaded_version", FORMAT_VERSION)),
+            variants=KernelVariants.from_json(doc.get("variants")))
         flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
@@ -366,11 +369,11 @@ def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
     return [float(c) for c in robust_rel_fit(a, y, iters)]
 
 
-def _machine(rows: list[dict[str, Any]], facts: dict[str, Any]) -> Machine:
-    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns; caches and the
+def _machine(rows: list[dict[str, Any]], facts: dict[str, Any], families: set[str]) -> Machine:
+    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns; the rest and the
     kernel variants the samples were built with from the machine ``facts`` detected where
-    they were profiled (:data:`FACTS_TO_MACHINE`, ``kernel_variants``; default: the
-    defaults)."""
+    they were profiled (``machine.from_detected``: the reference machine's, with a warning,
+    for what the predictor's ``families`` need and no fact states)."""
 
     # the blocking columns of the conv kernels state the machine: cores/lanes, SMs
     main = {
@@ -378,14 +381,11 @@ def _machine(rows: list[dict[str, Any]], facts: dict[str, Any]) -> Machine:
         "gpu": {"gpu-conv-tiled", "gpu-conv-tiled-split-k", "implicit-gemm", "direct"},
     }
 
-    def most(fam: str, col: str, default: int) -> int:
+    known = {}
+    for field, fam, col in (("cores", "cpu", "cores"), ("lanes", "cpu", "unit"),
+                            ("sms", "gpu", "cores")):
         vals = Counter(r[col] for r in rows if _family(r) == fam and r["algorithm"] in main[fam])
-        return int(vals.most_common(1)[0][0]) if vals else default
-
-    base = Machine()
-    return machine_from_facts(Machine(
-        cores=most("cpu", "cores", base.cores),
-        lanes=most("cpu", "unit", base.lanes),
-        sms=most("gpu", "cores", base.sms),
-        variants=KernelVariants.from_json(facts.get("kernel_variants")),
-    ), facts)
+        if vals:
+            known[field] = int(vals.most_common(1)[0][0])
+    return dataclasses.replace(from_detected(facts, families, **known),
+                               variants=KernelVariants.from_json(facts.get("kernel_variants")))

@@ -11,7 +11,7 @@ worker or one core touches (from the kernels' TIR and assembly with 16 workers).
 from __future__ import annotations
 
 from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import CPU_SMT, Machine  # noqa: F401 - CPU_SMT: this module's API
+from codl_tvm.predictor.mirror import Machine
 from codl_tvm.predictor.opspec import OpSpec
 
 

@@ -4,14 +4,10 @@ panels a conv worker fetches, and what a call moves past the cores' caches (help
 
 from __future__ import annotations
 
-from codl_tvm.predictor.mirror import (  # noqa: F401 - the defaults: this module's API
-    CPU_L1_BYTES,
-    CPU_L2_BYTES_PER_CORE,
-)
 from codl_tvm.predictor.opspec import OpSpec
 
 
-def conv_panel_floats(panel_floats: int, k1: bool, l1_bytes: int = CPU_L1_BYTES) -> float:
+def conv_panel_floats(panel_floats: int, k1: bool, l1_bytes: int) -> float:
     """Floats of one weight panel that a worker's first sweep fetches from the cores that
     packed it (``cpu_conv``'s panel term). A 1x1 model counts at most an L1's worth: beyond
     that the panel is loaded from L2 on every register tile anyway (the L1-spill term).
@@ -22,7 +18,7 @@ def conv_panel_floats(panel_floats: int, k1: bool, l1_bytes: int = CPU_L1_BYTES)
 
 
 def conv_refetch_floats(fetch_floats: float, rows: int, pairs: int,
-                        l2_bytes: int = CPU_L2_BYTES_PER_CORE) -> float:
+                        l2_bytes: int) -> float:
     """Input floats one core fetches again because its rows outgrow its L2 (``cpu_conv``).
 
     A core's tasks sweep its input rows (``fetch_floats`` over ``rows`` output rows) once per

@@ -1,6 +1,6 @@
 """Blocking terms of the CPU's streaming kernels: pooling, batch-1 dense (GEMV) and
 elementwise passes (CoDL Eq. 3; see ``blocking.py``), and the cache and TLB regimes a parallel
-pass crosses on the H100 host's Sapphire Rapids (split off ``cpu_terms``, whose
+pass crosses (split off ``cpu_terms``, whose
 conv kernels take :func:`_l2s_bytes` from here). Mirrors ``schedules/cpu_rules.py``.
 """
 
@@ -10,25 +10,20 @@ import math
 
 from codl_tvm import tiling
 from codl_tvm.predictor.gpu_terms import _cdiv
-from codl_tvm.predictor.mirror import (  # noqa: F401 - the defaults: this module's API
-    CPU_L3_BYTES,
-    CPU_STLB_ENTRIES,
+from codl_tvm.predictor.mirror import (
     Machine,
     eltwise_gathered_passes,
     gemv_blocks_per_task,
 )
 from codl_tvm.predictor.opspec import OpSpec
 
-# 4 KiB pages (the host's transparent huge pages are madvise-only, TVM does not ask) and the
-# Golden Cove second-level TLB: 2048 entries, 8 MB of reach. A GEMV pass over more pages than
-# that misses on every page (a two-level page walk in the KVM guest). The H100 samples step
-# a little later, between 2441 pages (3342x748: 10 us/MB) and 2712 (3342x831: 18 us/MB); a
-# reach of 2048 or 2560 entries fits them alike (44.1 / 44.4% with this term alone), and the
-# documented size is kept.
+# 4 KiB pages (TVM's allocations do not ask for huge pages) and the second-level TLB's
+# ``Machine.cpu_stlb_entries``: a GEMV pass over more pages than it reaches misses on every
+# page (on the reference machine, a KVM guest, a two-level page walk; its samples step between
+# 2441 and 2712 pages, and its documented 2048 entries fit them as well as 2560).
+# The last-level cache is ``Machine.cpu_l3_bytes``.
 CPU_PAGE_BYTES = 4096
-# (the STLB's entries: ``Machine.cpu_stlb_entries``, default mirror.CPU_STLB_ENTRIES)
 STLB_WALK_LINES = 4  # a page walk of a GEMV row visit, in line times (17 ns / 4.2 ns)
-# The last-level cache: ``Machine.cpu_l3_bytes`` (default mirror.CPU_L3_BYTES, see there).
 
 
 def _l2s_bytes(m: Machine) -> int:
@@ -60,13 +55,6 @@ def _streamed_excess(pass_bytes: int, m: Machine) -> float:
     return max(0.0, pass_bytes - _stream_limit(m)) / m.cores
 
 
-# LLVM's loop vectorizer on the pool's row loop: a loop with a known trip count below 16 stays
-# scalar; otherwise vectors of at most 8 floats (x86 with AVX-512 prefers 256-bit vectors),
-# the last ``ow % width`` outputs scalar (the assembly of the Sapphire Rapids kernels)
-LLVM_MIN_TRIP = 16
-LLVM_MAX_VF = 8
-
-
 def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
     """pool: one task per (channel, row), the window unrolled inside the row loop, which LLVM
     vectorizes (short rows and remainders scalar: 15x15x3537 avg pools ~5x slower per
@@ -75,8 +63,11 @@ def cpu_pool(s: OpSpec, m: Machine) -> list[float]:
     (A fixed cost per row task fitted to 0 for max pools and moved nothing for avg: left out.)"""
     waves = _cdiv(s.OC * s.out_h, m.cores)
     ow, red = s.out_w, s.reduction
-    vf = min(m.lanes, LLVM_MAX_VF)
-    vec = 0 if ow < LLVM_MIN_TRIP else ow // vf
+    # LLVM's loop vectorizer on the row loop: a known trip count below ``m.llvm_min_trip``
+    # stays scalar; otherwise vectors of ``m.llvm_vector_floats`` (the target's preferred
+    # width: 8 on x86 with AVX-512, which prefers 256-bit vectors), the rest scalar
+    vf = min(m.lanes, m.llvm_vector_floats)
+    vec = 0 if ow < m.llvm_min_trip else ow // vf
     rem = ow - vec * vf
     # a stride-1 row's remainder past the 8-wide vectors runs 4 wide where 4 are left
     # (contiguous loads; 64x64 k2s1, 63 outputs: 6 ymm + 3 xmm + 3 scalar; 23x23 avg k2s1, 22:
@@ -147,7 +138,7 @@ CPU_ELTWISE_TERMS = ("row_elements", "gathered_rows", "streamed_bytes", "dram_by
 
 def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
     """parallel-loops over (channel, row), a row per task (two passes: add, then ReLU). Where
-    LLVM fully unrolls a short row (9..49 columns for the add, 9..42 for the ReLU) it vectorizes
+    LLVM fully unrolls a short row (:func:`mirror.eltwise_gathered_passes`) it vectorizes
     the loop over rows instead, with 8-wide gathers and scatters at the row stride (17 columns:
     58 ns a row, 50 columns: 30). Read + write streamed beyond the L2s (41 M elements: 2.5x
     slower per element than 8 M) and, the part beyond the last-level cache, from DRAM (a
@@ -157,7 +148,7 @@ def cpu_eltwise(s: OpSpec, m: Machine) -> list[float]:
     pass_bytes = 2 * s.out_elems * 4
     return [
         waves * s.out_w,
-        waves * s.out_w * eltwise_gathered_passes(s.out_w),  # rows vectorized across rows
+        waves * s.out_w * eltwise_gathered_passes(s.out_w, m),  # rows vectorized across rows
         _streamed(pass_bytes, m),
         max(0, pass_bytes - m.cpu_l3_bytes) / m.cores,  # from DRAM, beyond the LLC
     ]

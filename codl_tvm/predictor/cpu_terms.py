@@ -144,12 +144,12 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
         _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4, m),
         # the pad pass again where it compiles to gathers (:func:`mirror.pad_gathered`: a copy
-        # without zero padding, rows 9..59 wide; the sampled pass of a 1x1 window at stride 2
-        # where its rows are short). When 1x1 stride-2 convs still copied the whole input, their
-        # rows of 17x17 224->160, 21x21 416->96 and 27x27 288->488 ran a median 1.27x, 1.19x
-        # and 1.12x the model without it, 1.18x, 0.99x and 1.0x with it (the kn
-        # model, whose convs all pad, fits it to 0)
-        s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp),
+        # without zero padding, rows of the target's gathered widths; the sampled pass of a
+        # 1x1 window at stride 2 where its rows are short). When 1x1 stride-2 convs still
+        # copied the whole input, their rows of 17x17 224->160, 21x21 416->96 and 27x27
+        # 288->488 ran a median 1.27x, 1.19x and 1.12x the model without it, 1.18x, 0.99x
+        # and 1.0x with it (the kn model, whose convs all pad, fits it to 0)
+        s.IC * hp * wp / m.cores * pad_gathered(s, hp, wp, m),
         # the bytes the call writes beyond the L2s, per core (a hinge, as the 1x1 GEMM's): calls
         # run back to back, so the part of the padded copy, the packed result and the output
         # past the L2s goes out to L3 and comes back in the next call. The unit is tied to the

@@ -35,21 +35,15 @@ def gpu_gemm(s: OpSpec, m: Machine) -> list[float]:
 
 
 # Occupancy: blocks resident on one SM at once, from the tile's threads and an estimate of
-# its registers. Machine fields ``sm_threads`` / ``sm_registers`` where the Machine has them;
-# otherwise two blocks of the largest size (CUDA sm_80/sm_90: 2048 threads) and the 64 K
-# 32-bit registers every CUDA SM since sm_50 has.
+# its registers, against the SM's limits (``Machine.gpu_sm_threads``, ``gpu_sm_registers``:
+# detected on the target, ``profiler.machine_facts``).
 REGS_OVERHEAD = 24  # addresses, loop counters, predicates of a thread besides its tiles
 
 
 def resident_blocks(t: tiling.Tile, m: Machine) -> int:
     """Thread blocks of tile ``t`` an SM runs at once (thread and register limits)."""
-    sm_threads = getattr(m, "sm_threads", 2 * m.max_threads)
-    sm_regs = getattr(m, "sm_registers", 1 << 16)
     regs = t.tm * t.tn + t.tm + t.tn + REGS_OVERHEAD  # accumulators + operand registers
-    return max(1, min(sm_threads // t.threads, sm_regs // (t.threads * regs)))
-
-
-SMSPS = 4  # warp schedulers (sub-partitions) per SM, sm_70 to sm_90
+    return max(1, min(m.gpu_sm_threads // t.threads, m.gpu_sm_registers // (t.threads * regs)))
 
 
 @cache
@@ -101,7 +95,8 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
     return [
         waves * steps,  # K-step latency
         per_sm * steps * smem_store_wavefronts(t),  # shared-memory stores
-        per_sm * steps * (t.threads // 32) * t.bk * t.tm * t.tn / SMSPS,  # FMA issue
+        # FMA issue over the SM's warp schedulers
+        per_sm * steps * (t.threads // 32) * t.bk * t.tm * t.tn / m.gpu_warp_schedulers,
         # outputs / partial sums written, apart for output planes of odd length: a plane
         # that starts off a 32-byte sector costs more per element (H100, one device call:
         # 1266 planes of 53x53 21.9 us, 52x53 13.7, 52x52 11.6; SASS has the same scalar
@@ -147,7 +142,8 @@ def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     weights = 16 * s.IC * s.OC + s.IC * s.OC * 9  # g read and U written, in floats
     from_dram = max(0.0, 1.0 - POOL_L2_SHARE * m.l2_bytes / (4.0 * weights))
     return [
-        _cdiv(blocks, m.active_sms) * (t.threads // 32) * t.tm * t.tn * kp / SMSPS,  # FMA issue
+        # FMA issue over the SM's warp schedulers
+        _cdiv(blocks, m.active_sms) * (t.threads // 32) * t.tm * t.tn * kp / m.gpu_warp_schedulers,
         s.IC * (s.H * s.W + 16 * tiles),  # input transform: read x, write V
         weights,  # weight transform (every call): read g, write U
         16 * s.OC * tiles + s.out_elems,  # output transform: read M, write the output
@@ -162,13 +158,10 @@ def gpu_thread(s: OpSpec, m: Machine) -> list[float]:
     return [waves * s.reduction, s.out_elems * s.reduction, s.IC * s.H * s.W]
 
 
-RESIDENT_THREADS_PER_SM = 2048  # sm_80/sm_90: two 1024-thread Fallback blocks per SM
-
-
 def _fallback_waves(s: OpSpec, m: Machine) -> int:
     """Waves of DLight Fallback's ``max_threads`` blocks over the SMs' resident threads."""
     blocks = _cdiv(s.out_elems, m.max_threads)
-    return _cdiv(blocks, m.active_sms * max(1, RESIDENT_THREADS_PER_SM // m.max_threads))
+    return _cdiv(blocks, m.active_sms * max(1, m.gpu_sm_threads // m.max_threads))
 
 
 def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
@@ -210,7 +203,6 @@ def gpu_dense(s: OpSpec, m: Machine) -> list[float]:
     return [steps * (not ragged), steps * (ragged and in_l2), steps * (ragged and not in_l2)]
 
 
-MAX_RESIDENT_BLOCKS = 32  # CUDA's limit of resident blocks per SM (sm_50 to sm_90)
 SECTOR_BYTES = 32  # the unit of a GPU global-memory load
 
 
@@ -229,7 +221,7 @@ def gpu_gemv(s: OpSpec, m: Machine) -> list[float]:
     up to 3/4 of it: 4096x2048 (33.5 MB) runs at the in-L2 speed (11.5 us, 67 MB: 30.5 us)."""
     tx = gemv_columns(s.OC)
     blocks = s.OC // tx
-    resident = max(1, min(MAX_RESIDENT_BLOCKS, 2 * m.max_threads // (tx * GEMV_K_THREADS)))
+    resident = max(1, min(m.gpu_sm_blocks, m.gpu_sm_threads // (tx * GEMV_K_THREADS)))
     n = _cdiv(s.IC, GEMV_K_THREADS)
     steps = _cdiv(blocks, m.active_sms * resident) * n
     fetched = s.IC * blocks * SECTOR_BYTES * _cdiv(4 * tx, SECTOR_BYTES)

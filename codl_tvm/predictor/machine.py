@@ -1,58 +1,76 @@
-"""The machine a predictor's terms count: cores, SIMD lanes and caches of the CPU, SMs and L2
-of the GPU, and how a predictor file stores them (by name, format 4).
+"""The machine a predictor's terms count, and how a predictor file stores it.
 
-Facts detected where the samples were profiled (``profiler.machine_facts``) fill them in
-(:func:`machine_from_facts`) when a predictor is trained or calibrated; the defaults are those
-of the machine the shipped predictor was trained on.
+Every fact is data: detected where the samples were profiled (``profiler.machine_facts``:
+caches, SMs and the GPU's per-SM limits; ``profiler.codegen_facts``: what LLVM makes of the
+CPU kernels for the pair's CPU target), stored by name in the predictor file, and taken from
+there. No module holds one machine's numbers. The one machine the project's own files were
+trained on, the *reference machine*, is the machine of the shipped predictor
+(``data/predictor-x86-cuda.json``); it fills the facts that a file from before they were
+stored (format < :data:`ALL_FACTS_FROM`) or a profile that could not detect them lacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import warnings
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from codl_tvm.tiling import KernelVariants
 
-# The CPU facts of the machine the shipped predictor was trained on, the defaults of
-# :class:`Machine` (a predictor file that names none has these): Intel Sapphire Rapids (Intel
-# 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: 48 KiB L1D and 2 MiB
-# L2 per core, each core two hyperthreads: the guest's vCPUs are hyperthreads of half as many
-# cores); its second-level TLB (2048 entries of 4 KiB pages: ``cpu_stream_terms.cpu_dense``);
-# the last-level cache of the host's socket (a Xeon 8480-class part: 105 MB; the guest reports
-# a synthetic 300 MiB): an elementwise pass of 2 x 82 MB runs ~2x slower per element than one
-# of 2 x 49 MB, and any limit from 96 to 128 MB fits the samples alike.
-CPU_L1_BYTES = 48 << 10
-CPU_L2_BYTES_PER_CORE = 2 << 20
-CPU_L3_BYTES = 105 << 20
-CPU_STLB_ENTRIES = 2048
-CPU_SMT = 2  # hardware threads per core
+REFERENCE_FILE = Path(__file__).resolve().parent.parent / "data" / "predictor-x86-cuda.json"
+BY_NAME_FROM = 4  # the predictor file format that names its machine's facts
+ALL_FACTS_FROM = 5  # the predictor file format that names every fact of its machine
+
+
+class MachineFactWarning(UserWarning):
+    """A predictor was trained without a fact of its machine and took the reference's."""
 
 
 @dataclass(frozen=True)
 class Machine:
-    """What the blocking depends on: CPU cores, SIMD lanes and caches, GPU SMs and threads."""
+    """What the kernels' blocking and the terms depend on.
 
-    cores: int = 16
-    lanes: int = 16
-    sms: int = 132
-    l2_bytes: int = 50 << 20
-    max_threads: int = 1024  # GPU threads per block (cuda); not stored in predictor files
-    # bytes of a parallel CPU pass beyond which it streams past the cores' caches; 0: the
-    # Sapphire Rapids rule of blocking._streamed (the codl predictor learns it per target)
+    Fields are grouped as :data:`FACT_GROUPS` says; :func:`reference` is the machine the
+    shipped predictor was trained on.
+    """
+
+    # the CPU: the pool's workers, SIMD lanes of a float vector, caches, TLB reach, SMT
+    cores: int
+    lanes: int
+    cpu_l1_bytes: int
+    cpu_l2_bytes_per_core: int
+    cpu_l3_bytes: int
+    cpu_stlb_entries: int
+    cpu_smt: int
+    # the GPU: the SMs the compiler tiled for, its L2, threads per block, per-SM limits
+    sms: int
+    l2_bytes: int
+    max_threads: int
+    gpu_sm_threads: int
+    gpu_sm_blocks: int
+    gpu_sm_registers: int
+    gpu_warp_schedulers: int
+    # what LLVM makes of the CPU kernels for the pair's CPU target (``codegen_facts``)
+    llvm_vector_floats: int
+    llvm_min_trip: int
+    eltwise_unroll_add: int
+    eltwise_unroll_relu: int
+    pad_gather_identity_w: tuple[int, int]
+    pad_gather_crop_w: tuple[int, int]
+    sampled_gather_w: int
+    sampled_gather_inexact_w: int
+    sampled_gather_one_row_w: tuple[int, int]
+    sampled_gather_tail_w: int
+    # learned, not detected: bytes of a parallel CPU pass beyond which it streams past the
+    # caches (0: the rule of ``cpu_stream_terms._streamed``)
     cpu_stream_bytes: int = 0
-    # SMs that run the kernels where fewer than ``sms`` (the SMs the compiler tiled for) are
-    # the process's: a GPU shared by MPS, detected on the target; 0: all of ``sms``
+    # SMs that run the kernels where fewer than ``sms`` are the process's (CUDA MPS); 0: all
     run_sms: int = 0
-    # CPU caches, TLB reach and SMT (terms of ``cpu_terms``, ``cpu_stream_terms``); detected
-    # where the samples were profiled (``profiler.machine_facts``) or the defaults above
-    cpu_l1_bytes: int = CPU_L1_BYTES
-    cpu_l2_bytes_per_core: int = CPU_L2_BYTES_PER_CORE
-    cpu_l3_bytes: int = CPU_L3_BYTES
-    cpu_stlb_entries: int = CPU_STLB_ENTRIES
-    cpu_smt: int = CPU_SMT
-    # the kernel variants the samples were profiled with (compile options; stored beside the
-    # machine facts in a predictor file)
+    # the kernel variants the samples were profiled with (compile options; stored beside)
     variants: KernelVariants = KernelVariants()
 
     @property
@@ -65,56 +83,118 @@ class Machine:
         return 32 if self.lanes >= 16 else 16
 
 
-# the machine facts a codl predictor file keeps, by name (files before format 4: a list in this
-# order, without run_sms; before 0.1 also without cpu_stream_bytes)
-MACHINE_FIELDS = ("cores", "lanes", "sms", "l2_bytes", "cpu_stream_bytes", "run_sms")
-# facts a file names only where they differ from the defaults (``CPU_L1_BYTES`` ...: the
-# H100 machine's), so a file that names none predicts as before they were facts
-CPU_FACT_FIELDS = ("cpu_l1_bytes", "cpu_l2_bytes_per_core", "cpu_l3_bytes", "cpu_stlb_entries",
-                   "cpu_smt")  # fmt: skip
-MACHINE_BY_NAME_FROM = 4  # the predictor file format that names its machine facts
-# detected machine facts (``profiler.machine_facts``) -> the Machine field they fill
-FACTS_TO_MACHINE = {
-    "cpu_l1_bytes": "cpu_l1_bytes",
-    "cpu_l2_bytes": "cpu_l2_bytes_per_core",  # sysfs: CPU 0's L2 (one core's)
-    # not cpu_l3_bytes: a KVM guest's sysfs reports a synthetic L3 (300 MiB on the H100
-    # machine, whose terms use its physical 105 MB), so the L3 stays the training machine's
-    "cpu_stlb_entries": "cpu_stlb_entries",  # not detected: a facts file may state it
-    "cpu_smt": "cpu_smt",  # not detected (a KVM guest shows no SMT): a facts file may state it
-    "gpu_l2_bytes": "l2_bytes",
-}
+# which facts a predictor needs for which of its processor families, and where they come from
+FACT_GROUPS: dict[str, tuple[str, ...]] = {
+    "cpu": ("cores", "lanes", "cpu_l1_bytes", "cpu_l2_bytes_per_core", "cpu_l3_bytes",
+            "cpu_stlb_entries", "cpu_smt"),
+    "gpu": ("sms", "l2_bytes", "max_threads", "gpu_sm_threads", "gpu_sm_blocks",
+            "gpu_sm_registers", "gpu_warp_schedulers"),
+    "codegen": ("llvm_vector_floats", "llvm_min_trip", "eltwise_unroll_add",
+                "eltwise_unroll_relu", "pad_gather_identity_w", "pad_gather_crop_w",
+                "sampled_gather_w", "sampled_gather_inexact_w", "sampled_gather_one_row_w",
+                "sampled_gather_tail_w"),
+}  # fmt: skip
+FACTS = tuple(f for group in FACT_GROUPS.values() for f in group)
+LEARNED = ("cpu_stream_bytes", "run_sms")
+# files before format 4 kept the first facts as a list, in this order
+LEGACY_LIST = ("cores", "lanes", "sms", "l2_bytes", "cpu_stream_bytes", "run_sms")
+# detected facts (``profiler.machine_facts``, ``codegen_facts``) whose name differs from the
+# Machine field they fill; every other detected fact of the same name as a field fills it.
+FACT_ALIASES = {"cpu_l2_bytes": "cpu_l2_bytes_per_core", "gpu_l2_bytes": "l2_bytes",
+                "gpu_block_threads": "max_threads"}  # fmt: skip
+# Not detected: SMT (a KVM guest shows no SMT topology: a facts file states it where known);
+# LLVM's minimum trip count for loop vectorization (``-vectorizer-min-trip-count``, an option
+# of the compiler, 16 on every target); and the L3, which is not taken either: a guest's sysfs
+# reports a synthetic one (300 MiB on the reference machine, whose terms use its socket's
+# 105 MB)
+NOT_DETECTED = frozenset({"cpu_l3_bytes", "cpu_smt", "llvm_min_trip"})
+NOT_TAKEN = frozenset({"cpu_l3_bytes"})
+
+
+def _fact_value(field: str, value: Any) -> Any:
+    """A stored or detected fact as the Machine field holds it (None: not a valid value)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (list, tuple)):
+        ok = len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return tuple(value) if ok else None
+    if isinstance(value, (int, float)) and value >= 0:
+        return int(value)
+    return None
 
 
 def machine_from_facts(m: Machine, facts: dict[str, Any]) -> Machine:
-    """``m`` with the detected ``facts`` that are positive numbers (the rest kept)."""
+    """``m`` with the facts of ``facts`` that name a field (or an alias) and have a valid
+    value (a positive number, or a pair of integers); everything else kept."""
     changes = {}
-    for key, field in FACTS_TO_MACHINE.items():
-        value = facts.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            changes[field] = int(value)
+    for key, value in facts.items():
+        field = FACT_ALIASES.get(key, key)
+        if field not in FACTS or field in NOT_TAKEN:
+            continue
+        v = _fact_value(field, value)
+        if v is not None and (not isinstance(v, int) or v > 0):
+            changes[field] = v
     return dataclasses.replace(m, **changes) if changes else m
 
 
-def machine_json(m: Machine, version: int) -> dict[str, int] | list[int]:
-    """By name from format 4; a file of format 2 saved again keeps its list (and gains
-    ``run_sms`` at the end only where calibration set it), unless it has CPU facts other than
-    the defaults: then it names them all."""
-    default = Machine()
-    facts = {f: getattr(m, f) for f in CPU_FACT_FIELDS if getattr(m, f) != getattr(default, f)}
-    if version >= MACHINE_BY_NAME_FROM or facts:
-        return {**{f: getattr(m, f) for f in MACHINE_FIELDS if getattr(m, f)}, **facts}
-    values = [getattr(m, f) for f in MACHINE_FIELDS]
-    return values if m.run_sms else values[:-1]
+def from_detected(facts: dict[str, Any], families: set[str], **known: Any) -> Machine:
+    """The machine of detected ``facts`` (plus ``known`` fields, e.g. from the samples),
+    the reference's for what neither states, with a :class:`MachineFactWarning` naming the
+    facts the predictor's ``families`` need and took from the reference."""
+    m = machine_from_facts(dataclasses.replace(reference(), **known), facts)
+    stated = {FACT_ALIASES.get(k, k) for k, v in facts.items() if v is not None} | set(known)
+    needed = [f for g in ("cpu", "codegen") if "cpu" in families for f in FACT_GROUPS[g]]
+    needed += list(FACT_GROUPS["gpu"]) if "gpu" in families else []
+    missing = [f for f in needed if f not in stated and f not in NOT_DETECTED]
+    if missing:
+        warnings.warn(
+            f"the samples' machine facts do not state {', '.join(missing)}: the predictor takes "
+            "the reference machine's (the shipped predictor's); profile on the target "
+            "(`codl-tvm profile`) to detect them", MachineFactWarning, stacklevel=3)
+    return m
 
 
-def load_machine(doc: dict[str, int] | list[int]) -> Machine:
+def machine_json(m: Machine, version: int = ALL_FACTS_FROM) -> dict[str, Any] | list[int]:
+    """Every fact by name, then the learned fields that are set; a file of format 2 saved
+    again (after ``calibrate``) keeps its list where its other facts are the reference's."""
+    if version < BY_NAME_FROM and all(
+            getattr(m, f) == getattr(reference(), f) for f in FACTS if f not in LEGACY_LIST):
+        values = [getattr(m, f) for f in LEGACY_LIST]
+        return values if m.run_sms else values[:-1]
+    doc: dict[str, Any] = {}
+    for f in FACTS + LEARNED:
+        v = getattr(m, f)
+        if f in FACTS or v:
+            doc[f] = list(v) if isinstance(v, tuple) else v
+    return doc
+
+
+def load_machine(doc: dict[str, Any] | list[int], version: int = ALL_FACTS_FROM) -> Machine:
+    """The machine of a predictor file (format ``version``); a file before
+    :data:`ALL_FACTS_FROM` takes the facts it does not name from the reference machine, which
+    every such file was trained on."""
     if isinstance(doc, list):
-        doc = dict(zip(MACHINE_FIELDS, doc, strict=False))
-    known = MACHINE_FIELDS + CPU_FACT_FIELDS
-    unknown = set(doc) - set(known)
+        doc = dict(zip(LEGACY_LIST, doc, strict=False))
+    unknown = set(doc) - set(FACTS + LEARNED)
     if unknown:
-        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {known}")
-    return Machine(**{f: int(v) for f, v in doc.items()})
+        raise ValueError(f"unknown machine facts {sorted(unknown)}; known: {FACTS + LEARNED}")
+    missing = [f for f in FACTS if f not in doc]
+    if missing and version >= ALL_FACTS_FROM:
+        raise ValueError(f"the predictor file's machine lacks {', '.join(missing)}")
+    values = {}
+    for f, v in doc.items():
+        values[f] = _fact_value(f, v)
+        if values[f] is None:
+            raise ValueError(f"machine fact {f}: {v!r} is not a count or a pair of counts")
+    base = reference() if missing else None
+    return Machine(**{**({f: getattr(base, f) for f in FACTS} if base else {}), **values})
+
+
+@cache
+def reference() -> Machine:
+    """The reference machine: the one the shipped predictor was trained on (its file)."""
+    doc = json.loads(REFERENCE_FILE.read_text())
+    return load_machine(doc["model"]["machine"], doc["version"])
 
 
 def variants_json(v: KernelVariants) -> dict[str, Any]:

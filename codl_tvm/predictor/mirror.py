@@ -19,14 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from codl_tvm import tiling
-from codl_tvm.predictor.machine import (  # noqa: F401 - re-exported: Machine's home was here
-    CPU_L1_BYTES,
-    CPU_L2_BYTES_PER_CORE,
-    CPU_L3_BYTES,
-    CPU_SMT,
-    CPU_STLB_ENTRIES,
-    Machine,
-)
+from codl_tvm.predictor.machine import Machine
 from codl_tvm.predictor.opspec import COMPUTE_KINDS, OpSpec
 from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
 from codl_tvm.tiling.dispatch_table import TABLE, TableRow
@@ -139,44 +132,31 @@ def gemv_blocks_per_task(s: OpSpec, m: Machine) -> int:
     return tiling.matmul_blocks_per_task(n_main // vb, 1, s.IC * n_main * 4, m.cores)
 
 
-# LLVM (sapphirerapids) fully unrolls a bias-add row of up to this many columns, a ReLU row
-# of up to ELTWISE_UNROLL_RELU, and then vectorizes the row loop with gathers and scatters
-# (rows of 8 columns or fewer are one vector wide and stay contiguous)
-ELTWISE_UNROLL_ADD = 49
-ELTWISE_UNROLL_RELU = 42
+def eltwise_gathered_passes(w: int, m: Machine) -> int:
+    """Passes (bias-add, ReLU) of rows ``w`` wide whose kernel loads and stores by gather.
 
-
-def eltwise_gathered_passes(w: int) -> int:
-    """Passes (bias-add, ReLU) of rows ``w`` wide whose kernel loads and stores by gather."""
-    return (8 < w <= ELTWISE_UNROLL_ADD) + (8 < w <= ELTWISE_UNROLL_RELU)
+    LLVM fully unrolls a bias-add row of up to ``m.eltwise_unroll_add`` columns (a ReLU row
+    up to ``m.eltwise_unroll_relu``) and then vectorizes the row loop with gathers and
+    scatters; rows of one vector (``m.llvm_vector_floats``) or fewer stay contiguous. The
+    limits are the target's (``profiler.codegen_facts``)."""
+    vec = m.llvm_vector_floats
+    return (vec < w <= m.eltwise_unroll_add) + (vec < w <= m.eltwise_unroll_relu)
 
 
 # The direct conv's pad pass (``cpu_conv.padded_input``; all loops but the innermost fused and
-# parallel) that only copies, no zero padding: LLVM (sapphirerapids) fully unrolls its rows and
-# vectorizes the row loop with one gather and one scatter per column where the copy keeps every
-# row and column and rows are PAD_GATHER_IDENTITY_W wide, or where it drops rows (a stride-2
-# window's last input row) and rows are PAD_GATHER_CROP_W wide. From the assembly of the pad
-# passes: right on all 781 geometries of the H100 samples' sub-ops (those of 1x1 stride-2
-# convs included, which copied their whole input before they sampled it) and on 2934 of a grid
-# of 2964 copies; the 30 others are edges no sample reaches (one-row and two-of-three-row
-# crops, 16-wide crops of even heights, 8-wide column crops)
-PAD_GATHER_IDENTITY_W = (9, 59)
-PAD_GATHER_CROP_W = (2, 15)
-
-
+# parallel) that only copies, no zero padding: LLVM fully unrolls its rows and vectorizes the
+# row loop with one gather and one scatter per column where the copy keeps every row and
+# column and rows are ``m.pad_gather_identity_w`` wide, or where it drops rows (a stride-2
+# window's last input row) and rows are ``m.pad_gather_crop_w`` wide.
 # A 1x1 window at stride > 1 samples its pixels instead (``cpu_conv.sampled_input``: ``hp``
 # output rows of ``wp`` columns, the columns past OW a predicated tail). LLVM loads them by
-# gather where rows are short: up to 8 wide, or up to 14 unless the samples end exactly at the
-# input's last row and column (H = SH*OH, W = SW*OW), or 5-8 wide for one row of a one-row
-# part (the only one-row passes the samples have); and where a tail of two or more columns
-# follows rows over 28 wide. Otherwise by contiguous loads and shuffles. From the assembly
-# (zero padding, as every 1x1 stride-2 sample has): right on 239 of the 240 geometries of the
-# H100 samples' and strata's 1x1 stride-2 sub-ops (the miss: 2x2 of a 4x4 input);
-# ``tests/test_predictor_pad_gather.py`` compiles the edges
-SAMPLED_GATHER_W = 8
-SAMPLED_GATHER_INEXACT_W = 14
-SAMPLED_GATHER_ONE_ROW_W = (5, 8)
-SAMPLED_GATHER_TAIL_W = 28
+# gather where rows are short: up to ``m.sampled_gather_w`` wide, or up to
+# ``m.sampled_gather_inexact_w`` unless the samples end exactly at the input's last row and
+# column (H = SH*OH, W = SW*OW), or ``m.sampled_gather_one_row_w`` wide for one row of a
+# one-row part; and where a tail of two or more columns follows rows over
+# ``m.sampled_gather_tail_w`` wide. The widths are the target's: ``profiler.codegen_facts``
+# compiles these passes for it and reads them off the assembly;
+# ``tests/test_predictor_pad_gather.py`` compiles the edges.
 
 
 def sampled(s: OpSpec) -> bool:
@@ -197,28 +177,28 @@ def direct_pad(s: OpSpec, owp: int) -> tuple[int, int]:
     return (s.out_h, owp) if s.KH * s.KW == 1 else padded_in(s, owp)
 
 
-def _sampled_gathered(s: OpSpec, hp: int, wp: int) -> bool:
+def _sampled_gathered(s: OpSpec, hp: int, wp: int, m: Machine) -> bool:
     tail = wp - s.out_w
     if tail:
-        return tail >= 2 and wp > SAMPLED_GATHER_TAIL_W
+        return tail >= 2 and wp > m.sampled_gather_tail_w
     if hp == 1:
-        lo, hi = SAMPLED_GATHER_ONE_ROW_W
+        lo, hi = m.sampled_gather_one_row_w
         return lo <= wp <= hi
     exact = s.H == s.SH * s.out_h and s.W == s.SW * s.out_w
-    return wp <= SAMPLED_GATHER_W or (wp <= SAMPLED_GATHER_INEXACT_W and not exact)
+    return wp <= m.sampled_gather_w or (wp <= m.sampled_gather_inexact_w and not exact)
 
 
-def pad_gathered(s: OpSpec, hp: int, wp: int) -> bool:
+def pad_gathered(s: OpSpec, hp: int, wp: int, m: Machine) -> bool:
     """Whether the pad pass writing ``s``'s input to ``hp`` x ``wp`` loads (and, for a copy,
-    stores) by gather (see :data:`PAD_GATHER_IDENTITY_W`, :data:`SAMPLED_GATHER_W`)."""
+    stores) by gather on ``m``'s CPU target (see the comment above)."""
     if sampled(s):
-        return _sampled_gathered(s, hp, wp)
+        return _sampled_gathered(s, hp, wp, m)
     if any(s.pad):
         return False
     if hp == s.H and wp == s.W:
-        lo, hi = PAD_GATHER_IDENTITY_W
+        lo, hi = m.pad_gather_identity_w
     elif 2 <= hp < s.H:
-        lo, hi = PAD_GATHER_CROP_W
+        lo, hi = m.pad_gather_crop_w
     else:
         return False
     return lo <= wp <= hi

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.outputs import BUNDLE_FORMAT, atomic_folder
-from codl_tvm.profiler import space
+from codl_tvm.profiler import codegen_facts, space
 from codl_tvm.profiler.bundle_runner import MANIFEST_VERSION
 from codl_tvm.profiler.kernels import build_role_module, compile_module, transfer_entries
 from codl_tvm.profiler.measure import (
@@ -109,6 +109,8 @@ def _fill_bundle(tmp: Path, pair: DevicePair, jobs: Sequence[Job], batch_size: i
         "cuda_arch": pair.gpu_spec.get("arch") if pair.gpu_spec["kind"] == "cuda" else None,
         # the kernels' variants travel to the runner's machine facts, then to the predictor
         "kernel_variants": current_variants().to_json(),
+        # what LLVM made of the CPU kernels (read off this host's compile for the target)
+        "codegen_facts": codegen_facts.detect(pair.cpu_spec),
         "columns": list(COLUMNS),
         "key_columns": list(KEY_COLUMNS),
         "libs": libs,
@@ -139,7 +141,8 @@ def _lib_doc(name: str | None, role: str | None, pair: DevicePair, entries: list
 
 
 # manifest fields that bundles must share to be measured as one
-JOIN_FIELDS = ("version", "pair", "cuda_arch", "columns", "key_columns", "kernel_variants")
+JOIN_FIELDS = ("version", "pair", "cuda_arch", "columns", "key_columns", "kernel_variants",
+               "codegen_facts")
 
 
 def join_bundles(bundles: Sequence[str | Path], out_dir: str | Path,
@@ -196,6 +199,7 @@ def _read_manifest(bundle: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{bundle}: not a profiling bundle ({err})") from None
     man.setdefault("kernel_variants", None)  # bundles before variants: the defaults
+    man.setdefault("codegen_facts", {})  # bundles before them: none (training warns)
     missing = [f for f in (*JOIN_FIELDS, "libs") if f not in man]
     if missing:
         raise ValueError(f"{bundle}: not a profiling bundle (manifest lacks {missing})")

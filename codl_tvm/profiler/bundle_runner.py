@@ -219,7 +219,7 @@ def run_bundle(
         if warm_jobs > 1:
             warm_cuda(bundle, man, warm_jobs)
     gpus = [tvm.device(k, i) for lib in man["libs"] for k, i in lib["devices"] if k != "cpu"]
-    facts = machine_facts.detect(gpus[0] if gpus else None)
+    facts = {**man.get("codegen_facts", {}), **machine_facts.detect(gpus[0] if gpus else None)}
     if man.get("kernel_variants"):  # the variants the bundle's kernels were built with
         facts["kernel_variants"] = man["kernel_variants"]
     print(f"machine facts: {machine_facts.write(out, facts)}", flush=True)

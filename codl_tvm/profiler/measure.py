@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
 from codl_tvm.profiler import bundle_runner as br
-from codl_tvm.profiler import machine_facts, space
+from codl_tvm.profiler import codegen_facts, machine_facts, space
 from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
 from codl_tvm.profiler.kernels import (
     TRANSFER_OPS,
@@ -93,6 +94,16 @@ class Session:
     def device(self, kind: str, index: int) -> Any:
         return br.device(kind, index, self.remote)
 
+    def remote_cpu_facts(self) -> dict[str, Any]:
+        """The remote CPU's facts where the server is codl-tvm's (``codl.rpc.machine_facts``);
+        none locally or from a plain TVM RPC server."""
+        if self.remote is None:
+            return {}
+        try:
+            return dict(json.loads(self.remote.get_function("codl.rpc.machine_facts")()))
+        except (AttributeError, RuntimeError, ValueError):
+            return {}
+
 
 def _host_port(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
@@ -123,8 +134,9 @@ def measure(
         read_samples(output, pair=pair.name)  # refuse to mix pairs in one file
     gpu = None if pair.runtime_kind("gpu") == "cpu" else session.device(
         pair.runtime_kind("gpu"), pair.runtime_index("gpu"))
-    facts = machine_facts.detect(gpu, host=session.remote is None)
-    machine_facts.write(output, {**facts, "kernel_variants": current_variants().to_json()})
+    facts = {**session.remote_cpu_facts(), **machine_facts.detect(gpu, host=session.remote is None)}
+    machine_facts.write(output, {**codegen_facts.detect(pair.cpu_spec), **facts,
+                                 "kernel_variants": current_variants().to_json()})
     book = RoundBook(output, COLUMNS, row_key)
     # block copies are timed in this process (over RPC they are priced as the slice kernel)
     jobs = space.for_pair(jobs, (pair.runs_block_copies or pair.is_cpu_only)
