@@ -1,9 +1,9 @@
 """Per-op explanation of a plan: where each op runs, what each device computes, and how long.
 
 :func:`plan_rows` needs only the model and the plan. :func:`explain` adds each op's CPU, GPU
-and sharing time from a cost source (this module: a trained predictor,
-measurements of single-op models, or FLOPs-proportional placeholders) and lays out the timeline
-that :func:`codl_tvm.timeline.draw` draws.
+and sharing time from a cost source (:mod:`codl_tvm.planner.costs`: a trained predictor,
+measured samples or single-op models timed here, or FLOPs-proportional placeholders) and lays
+out the timeline that :func:`codl_tvm.timeline.draw` draws.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .passes.unit_geometry import h_parts, oc_parts
 from .passes.units import _resolve as resolve_unit
 from .passes.units import build_units
 from .plan import Plan
-from .planner.costs import in_model, split_sharing
+from .planner.cost_source import as_source
 from .predictor.opspec import OpSpec, conv_kind
 
 # plan_rows' columns, then the cost columns explain() adds
@@ -165,8 +165,9 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
     plan : Plan
         Validated against ``mod`` here.
     costs : CostSource
-        Where the times come from: the planner's (:mod:`codl_tvm.planner.costs`: a
-        predictor's, measured samples), or :class:`MeasuredCosts` / :class:`FlopsCosts` here.
+        Where the times come from (:mod:`codl_tvm.planner.costs`): a predictor's, measured
+        samples or single-op models timed on a pair (``MeasuredCosts``), or FLOPs
+        placeholders (``AnalyticCosts.placeholder()``).
     """
     from .timeline import layout
 
@@ -176,27 +177,10 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         rows = plan_rows(mod, plan)
         docs = [a.describe() for a in find_anchors(entry_function(mod))]
         specs = {d["id"]: op_spec(d) for d in docs}
-        costs = in_model(costs, footprint_bytes(docs))
+        costs = as_source(costs).in_model(footprint_bytes(docs))
         timeline = layout(rows, specs, costs, plan.io_device)
     notes = list(dict.fromkeys(str(w.message) for w in caught))
-    return Explanation(rows, timeline, costs.label, getattr(costs, "unit", "us"), notes)
-
-
-# ---- cost sources --------------------------------------------------------------------------
-class FlopsCosts:
-    """Placeholders, not times: work proportional to FLOPs, the same rate on both processors.
-
-    One unit is one MFLOP of computation, or one MB moved between or copied on processors.
-    """
-
-    label = "PLACEHOLDER proportional to FLOPs (1 unit = 1 MFLOP or 1 MB moved), not measured"
-    unit = "units"
-
-    def kernel_us(self, role: str, spec: OpSpec) -> float:
-        return spec.flops / 1e6
-
-    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
-        return nbytes / 1e6
+    return Explanation(rows, timeline, costs.label, costs.unit, notes)
 
 
 def footprint_bytes(docs: list[dict]) -> int:
@@ -205,56 +189,24 @@ def footprint_bytes(docs: list[dict]) -> int:
     return 4 * sum(math.prod(d.get("weight", [0])) + math.prod(d["out"]) for d in docs)
 
 
-class MeasuredCosts(FlopsCosts):
-    """Times measured here: each (sub-)op compiled alone with :func:`codl_tvm.compile`.
+# ---- single-op models ----------------------------------------------------------------------
+def time_single_op(pair, spec: OpSpec, how: tuple, repeat: int = 10) -> float:
+    """Microseconds ``spec`` takes compiled alone on ``pair`` with :func:`codl_tvm.compile`
+    (median of ``repeat``), placed as ``how`` says: ``("single", role)``, ``("cpu-op", ...)``
+    (on the CPU, input and output on the GPU) or ``("split", dim, ratio)``. What
+    :class:`~codl_tvm.planner.costs.MeasuredCosts` times on a pair."""
+    from .executable import compile
+    from .plan import OpPlacement
 
-    Kernels are timed as single-op models on one processor; the sharing of a split op is what
-    its split model takes beyond its slower part, and a transfer what a CPU op takes beyond its
-    kernel when its input and output live on the GPU. Each model is built once and cached.
-    """
-
-    unit = "us"
-    slow = True  # explain() shows a progress bar
-
-    def __init__(self, pair, repeat: int = 10):
-        self.pair, self.repeat = pair, repeat
-        self.label = (f"measured on {pair.name} (single-op models compiled with codl_tvm.compile, "
-                      f"median of {repeat})")
-        self._cache: dict[tuple, float] = {}
-
-    def kernel_us(self, role: str, spec: OpSpec) -> float:
-        return self._time(spec, ("single", role))
-
-    def move_us(self, spec: OpSpec, direction: str) -> float:
-        both = max(self._time(spec, ("cpu-op", "gpu-io")) - self.kernel_us("cpu", spec), 0.0)
-        moved = spec.in_bytes if direction == "to_cpu" else spec.out_bytes
-        return both * moved / (spec.in_bytes + spec.out_bytes)
-
-    def split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
-        parts = {r: spec.part(r, dim, ratio) for r in ("cpu", "gpu")}
-        if parts["cpu"] is None:
-            return 0.0, 0.0
-        slowest = max(self.kernel_us(r, p) for r, p in parts.items() if p is not None)
-        total = max(self._time(spec, ("split", dim, ratio)) - slowest, 0.0)
-        pre_b, post_b = split_sharing(lambda op, role, n: float(n), spec, dim, ratio)
-        return total * pre_b / (pre_b + post_b), total * post_b / (pre_b + post_b)
-
-    def _time(self, spec: OpSpec, how: tuple) -> float:
-        key = (spec, how)
-        if key not in self._cache:
-            from .executable import compile
-            from .plan import OpPlacement
-
-            mod = single_op_module(spec)
-            op_id = find_anchors(entry_function(mod))[0].op_id
-            plan = {
-                "single": lambda: Plan.single(mod, how[-1]),
-                "cpu-op": lambda: Plan({op_id: OpPlacement("cpu")}),
-                "split": lambda: Plan({op_id: OpPlacement("split", how[1], how[2])}),
-            }[how[0]]()
-            exe = compile(mod, self.pair, plan)
-            self._cache[key] = exe.time(exe.random_inputs(0), repeat=self.repeat) * 1e6
-        return self._cache[key]
+    mod = single_op_module(spec)
+    op_id = find_anchors(entry_function(mod))[0].op_id
+    plan = {
+        "single": lambda: Plan.single(mod, how[-1]),
+        "cpu-op": lambda: Plan({op_id: OpPlacement("cpu")}),
+        "split": lambda: Plan({op_id: OpPlacement("split", how[1], how[2])}),
+    }[how[0]]()
+    exe = compile(mod, pair, plan)
+    return exe.time(exe.random_inputs(0), repeat=repeat) * 1e6
 
 
 def single_op_module(spec: OpSpec, seed: int = 0) -> tvm.IRModule:

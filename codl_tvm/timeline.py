@@ -4,9 +4,11 @@
 Eq. 2: a split op costs its sharing plus the slower of its two parts; inside a chain each
 processor runs its parts back to back and data is shared only at the chain's ends; where the
 costs' pair overlaps copies with kernels, a split's copies sit on the CPU's lane and its GPU
-slice on the GPU's), and the same ops run whole on one processor for the CPU-only and GPU-only
-lanes. :func:`draw` renders
-it with matplotlib (the optional ``plot`` extra).
+slice on the GPU's). A split unit is cut and its sharing priced as the planner's search does
+(:mod:`codl_tvm.planner.sharing_costs`), so a split op's total is the planner's
+:class:`~codl_tvm.planner.search.UnitCost`. The same ops run whole on one processor make the
+CPU-only and GPU-only lanes. :func:`draw` renders it with matplotlib (the optional ``plot``
+extra).
 """
 
 from __future__ import annotations
@@ -16,13 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .outputs import atomic_file
-from .planner.costs import (
-    block_copies,
-    move_us,
-    overlapped,
-    split_share_us,
-    split_sharing_parts,
-)
+from .planner.cost_source import CostSourceBase, as_source
+from .planner.sharing_costs import SplitUnit, spec_parts
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
@@ -79,13 +76,16 @@ def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
     """Place every op of ``rows`` (from :func:`codl_tvm.explain.plan_rows`) on the lanes.
 
     ``specs`` maps op id to ``(OpSpec, repeat)``; ``costs`` gives kernel, transfer and split
-    sharing times. Fills each row's ``cpu_us``, ``gpu_us``, ``share_us`` and ``total_us``.
+    sharing times, a split unit's sharing priced as the planner prices it
+    (:meth:`~codl_tvm.planner.cost_source.CostSourceBase.split_sharing`). Fills each row's
+    ``cpu_us``, ``gpu_us``, ``share_us`` and ``total_us``.
     """
     from tqdm import tqdm
 
     tl = Timeline()
     t, here = 0.0, io_device
-    show = getattr(costs, "slow", False) if progress is None else progress
+    costs = as_source(costs)
+    show = costs.slow if progress is None else progress
     for unit in tqdm(list(_units(rows)), desc="timing ops", disable=not show, leave=False):
         if unit[0]["place"] == "split":
             t = _split_unit(tl, t, here, unit, specs, costs)
@@ -116,10 +116,11 @@ def _fill(row: dict, cpu_us: float, gpu_us: float, share_us: float,
                total_us=share_us + max(cpu_us, gpu_us) if total_us is None else total_us)
 
 
-def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
+def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict,
+              costs: CostSourceBase):
     spec, repeat = specs[row["op"]]
     role = row["place"]
-    move = move_us(costs, spec, f"to_{role}") * repeat if here != role else 0.0
+    move = costs.move_us(spec, f"to_{role}") * repeat if here != role else 0.0
     t = _share(tl, t, move, f"to {role}")
     kernel = costs.kernel_us(role, spec) * repeat
     _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
@@ -127,65 +128,65 @@ def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict, costs):
 
 
 def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
-                costs) -> float:
-    if overlapped(costs) and not hasattr(costs, "split_share"):
-        return _overlapped_unit(tl, t, here, unit, specs, costs)
-    dim, ratio = unit[0]["dim"], unit[0]["ratio"]
+                costs: CostSourceBase) -> float:
+    """A split unit: its sharing priced as the planner's search prices it
+    (:class:`~codl_tvm.planner.search.UnitCost`), its parts back to back on each lane.
+
+    Where copies overlap kernels (``costs.overlap``) the CPU's slice comes before both
+    parts, the GPU's slice (and, with block copies, its part's copy into the output) on the
+    GPU's lane, the copies on the CPU's and the concat after both; else all of the sharing
+    holds both processors, before the parts and after them. Where the roles share cores
+    (not ``costs.concurrent``) each part waits for the one before."""
     first, repeat = specs[unit[0]["op"]]
-    last, _ = specs[unit[-1]["op"]]
-    back = move_us(costs, first, "to_gpu") * repeat if here == "cpu" else 0.0
-    pre = split_share_us(costs, first, dim, ratio)[0] * repeat
-    post = split_share_us(costs, last, dim, ratio)[1] * repeat
-    t = _share(tl, t, back + pre, "slice + to cpu")
-    ends = {"cpu": t, "gpu": t}
+    back = costs.move_us(first, "to_gpu") * repeat if here == "cpu" else 0.0
+    parts = _unit_parts(unit, specs)
+    share = costs.split_sharing(SplitUnit(first, specs[unit[-1]["op"]][0], unit[0]["dim"],
+                                          unit[0]["ratio"], parts, repeat))
+    if costs.overlap:
+        lead, join = back + share.lead_us, share.join_us
+        pre = {"cpu": share.to_cpu_us, "gpu": share.gpu_slice_us}
+        post = {"cpu": share.to_gpu_us, "gpu": share.gpu_join_us}
+    else:
+        lead, join = back + share.pre_us, share.post_us
+        pre = post = {"cpu": 0.0, "gpu": 0.0}
+    t = _share(tl, t, lead, ("slice + back" if back else "slice") if costs.overlap
+               else "slice + to cpu")
+    ends = {"cpu": tl.add("cpu", t, pre["cpu"], "to cpu", "share"),
+            "gpu": tl.add("gpu", t, pre["gpu"], "slice", "share")}
     for i, row in enumerate(unit):
-        times = _parts(tl, ends, row, specs, costs)
-        share = (back + pre if i == 0 else 0.0) + (post if i == len(unit) - 1 else 0.0)
-        _fill(row, times["cpu"], times["gpu"], share)
-    return _share(tl, max(ends.values()), post, "to gpu + concat")
+        times = _parts(tl, ends, row, specs, costs, {r: p[i] for r, p in parts.items()})
+        side = {r: (pre[r] if i == 0 else 0.0) + (post[r] if i == len(unit) - 1 else 0.0)
+                for r in ("cpu", "gpu")}
+        shared = (lead if i == 0 else 0.0) + (join if i == len(unit) - 1 else 0.0)
+        each = (times["cpu"] + side["cpu"], times["gpu"] + side["gpu"])
+        total = shared + (max(each) if costs.concurrent else sum(each))
+        _fill(row, times["cpu"], times["gpu"], shared + side["cpu"] + side["gpu"], total)
+    ends["cpu"] = tl.add("cpu", ends["cpu"], post["cpu"], "to gpu", "share")
+    ends["gpu"] = tl.add("gpu", ends["gpu"], post["gpu"], "copy in", "share")
+    return _share(tl, max(ends.values()), join, "to gpu + concat" if not costs.overlap
+                  else "concat")
 
 
-def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict, costs
-           ) -> dict[str, float]:
-    """The row's sub-op on each lane after ``ends`` (moved on); its kernel time per role."""
-    spec, repeat = specs[row["op"]]
+def _unit_parts(unit: list[dict], specs: dict) -> dict[str, list]:
+    """Per role, each row's sub-op: cut as the planner and the partition pass cut a unit
+    (rows grow backwards through a chain), else each op's own share."""
+    dim, ratio = unit[0]["dim"], unit[0]["ratio"]
+    ops = [specs[row["op"]][0] for row in unit]
+    return spec_parts(ops, dim, ratio) or {
+        role: [op.part(role, dim, ratio) for op in ops] for role in ("cpu", "gpu")}
+
+
+def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict,
+           costs: CostSourceBase, parts: dict) -> dict[str, float]:
+    """The row's sub-ops on each lane after ``ends`` (moved on); its kernel time per role."""
+    repeat = specs[row["op"]][1]
     times = {}
     for role in ("cpu", "gpu"):
-        part = spec.part(role, row["dim"], row["ratio"])
+        part = parts[role]
         times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
-        ends[role] = tl.add(role, ends[role], times[role], row["op"], row["kind"])
+        start = ends[role] if costs.concurrent else max(ends.values())
+        ends[role] = tl.add(role, start, times[role], row["op"], row["kind"])
     return times
-
-
-def _overlapped_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,
-                     costs) -> float:
-    """A split unit where its copies run beside its kernels (the planner's
-    :class:`~codl_tvm.planner.search.UnitCost` with ``overlap``): the CPU's slice before both
-    parts, the GPU's slice on the GPU's lane, the copies on the CPU's, the concat after both;
-    with block copies, the GPU part's copy into the output on the GPU's lane, no concat."""
-    dim, ratio = unit[0]["dim"], unit[0]["ratio"]
-    first, repeat = specs[unit[0]["op"]]
-    last, last_repeat = specs[unit[-1]["op"]]
-    back = move_us(costs, first, "to_gpu") * repeat if here == "cpu" else 0.0
-    blocks = block_copies(costs)
-    pre = split_sharing_parts(costs.sharing_us, first, dim, ratio, blocks)
-    post = split_sharing_parts(costs.sharing_us, last, dim, ratio, blocks)
-    lead, join = back + pre.lead_us * repeat, post.join_us * last_repeat
-    t = _share(tl, t, lead, "slice + back" if back else "slice")
-    ends = {"cpu": tl.add("cpu", t, pre.to_cpu_us * repeat, "to cpu", "share"),
-            "gpu": tl.add("gpu", t, pre.gpu_slice_us * repeat, "slice", "share")}
-    for i, row in enumerate(unit):
-        times = _parts(tl, ends, row, specs, costs)
-        side = {"cpu": (pre.to_cpu_us * repeat if i == 0 else 0.0)
-                + (post.to_gpu_us * last_repeat if i == len(unit) - 1 else 0.0),
-                "gpu": (pre.gpu_slice_us * repeat if i == 0 else 0.0)
-                + (post.gpu_join_us * last_repeat if i == len(unit) - 1 else 0.0)}
-        share = (lead if i == 0 else 0.0) + (join if i == len(unit) - 1 else 0.0)
-        total = share + max(times["cpu"] + side["cpu"], times["gpu"] + side["gpu"])
-        _fill(row, times["cpu"], times["gpu"], share + side["cpu"] + side["gpu"], total)
-    ends["cpu"] = tl.add("cpu", ends["cpu"], post.to_gpu_us * last_repeat, "to gpu", "share")
-    ends["gpu"] = tl.add("gpu", ends["gpu"], post.gpu_join_us * last_repeat, "copy in", "share")
-    return _share(tl, max(ends.values()), join, "concat")
 
 
 # ---- drawing -----------------------------------------------------------------------------

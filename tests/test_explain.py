@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import single_function
+from helpers import conv, single_function
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -14,16 +14,10 @@ from tvm.relax import op as rop
 
 import codl_tvm
 from codl_tvm import zoo
-from codl_tvm.explain import (
-    FlopsCosts,
-    MeasuredCosts,
-    explain,
-    op_spec,
-    plan_rows,
-    single_op_module,
-)
+from codl_tvm.explain import explain, op_spec, plan_rows, single_op_module
 from codl_tvm.plan import Chain, OpPlacement, Plan
-from codl_tvm.planner.costs import PredictorCosts
+from codl_tvm.planner.costs import AnalyticCosts, MeasuredCosts, PredictorCosts
+from codl_tvm.planner.sharing_costs import SplitUnit
 from codl_tvm.predictor import OpSpec, train
 from codl_tvm.profiler import space
 from codl_tvm.timeline import LANES, draw
@@ -51,6 +45,19 @@ def linear_rows(pair: str = "cpu-pair") -> list[dict]:
                    latency_us=5.0 + 1e-3 * row["bytes"])  # fmt: skip
         rows.append(row)
     return rows
+
+
+@pytest.fixture(scope="module")
+def depthwise():
+    """conv -> depthwise conv -> conv: a grouped op, whose channel split slices its input."""
+    rng = np.random.default_rng(0)
+
+    def body(bb, x):
+        y = conv(bb, x, rng, 16, 3, padding=(1, 1, 1, 1))
+        y = conv(bb, y, rng, 16, 3, padding=(1, 1, 1, 1), groups=16)
+        return conv(bb, y, rng, 8, 1)
+
+    return codl_tvm.load_model(single_function((1, 8, 24, 24), body))
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +149,7 @@ def test_chain_shares_only_at_its_ends(tiny, predictor):
 
 def test_placeholder_splits_work_by_flops(tiny):
     plan = Plan.uniform(tiny, "OC", 0.75)
-    result = explain(tiny, plan, FlopsCosts())
+    result = explain(tiny, plan, AnalyticCosts.placeholder())
     assert result.unit != "us" and "PLACEHOLDER" in result.source
     conv = next(r for r in result.rows if r["op"] == "conv2d_1")  # 16 channels: 12 + 4
     assert conv["gpu_us"] == pytest.approx(3 * conv["cpu_us"])
@@ -165,11 +172,13 @@ def test_measured_costs_time_real_single_op_models():
     spec = OpSpec("conv2d", 12, 12, 8, 8, 3, 3, pad=(1, 1, 1, 1))
     mod = single_op_module(spec)
     assert [d["id"] for d in codl_tvm.list_ops(mod)] == ["conv2d_0"]
-    costs = MeasuredCosts(codl_tvm.DevicePair.preset("cpu-pair"), repeat=3)
+    costs = MeasuredCosts(pair=codl_tvm.DevicePair.preset("cpu-pair"), repeat=3)
+    assert costs.slow and costs.label.startswith("measured on cpu-pair")
     first = costs.kernel_us("cpu", spec)
     assert 0 < first < 1e6 and costs.kernel_us("cpu", spec) == first  # cached, not re-timed
-    pre, post = costs.split_share(spec, "H", 0.5)
-    assert pre >= 0 and post >= 0 and math.isfinite(pre + post)
+    share = costs.split_sharing(SplitUnit.of(spec, "H", 0.5))  # measured in place
+    assert share.lead_us >= 0 and share.join_us >= 0 and math.isfinite(share.pre_us)
+    assert share.pre_us + share.post_us == pytest.approx(share.lead_us + share.join_us)
     assert costs.move_us(spec, "to_cpu") >= 0
 
 
@@ -208,23 +217,27 @@ def test_explain_times_ops_in_the_model_context_like_the_planner():
     assert cold.kernel_us("gpu", fc) == costs.in_model(beyond).kernel_us("gpu", fc)
 
 
-@pytest.mark.parametrize("wrap", ["OverlappedCosts", "BlockCopyCosts"])
-def test_where_copies_overlap_kernels_explain_totals_what_the_planner_priced(tiny, predictor,
-                                                                            wrap):
-    # on a CUDA pair a split's copies delay the CPU's part only (OverlapCopies), and with
-    # block copies its rows move by copies within the GPU (LowerSlicesToBlockCopies); explain
-    # must give the planner's unit cost, not the one-stream sum
+@pytest.mark.parametrize("wrap", [None, "SerialCosts", "OverlappedCosts", "BlockCopyCosts"])
+@pytest.mark.parametrize("model", ["tiny", "depthwise"])
+def test_explain_totals_what_the_planner_priced(request, predictor, wrap, model):
+    # one price of a split's sharing for the planner and explain: each split op's total is
+    # the planner's UnitCost; on a CUDA pair a split's copies delay the CPU's part only
+    # (OverlapCopies), and with block copies its rows move by copies within the GPU
+    # (LowerSlicesToBlockCopies). A grouped (depthwise) op split by channels slices its input.
     from codl_tvm.planner import costs as planner_costs
     from codl_tvm.planner.api import build_graph
     from codl_tvm.planner.search import Evaluator
 
-    mg = build_graph(tiny)
+    mod = request.getfixturevalue(model)
+    mg = build_graph(mod)
     by_id = {n.op_id: n for n in mg.nodes}
-    plain = PredictorCosts(predictor)
-    over = getattr(planner_costs, wrap)(PredictorCosts(predictor))
+    # the made-up pair's predictor has no depthwise samples: analytic times there
+    plain = PredictorCosts(predictor) if model == "tiny" else AnalyticCosts(sync_us=5.0)
+    over = getattr(planner_costs, wrap)(plain) if wrap else plain
+    checked = 0
     for dim in ("H", "OC"):
-        plan = Plan.uniform(tiny, dim, 0.6)
-        serial, both = explain(tiny, plan, plain), explain(tiny, plan, over)
+        plan = Plan.uniform(mod, dim, 0.6)
+        serial, both = explain(mod, plan, plain), explain(mod, plan, over)
         for a, b in zip(serial.rows, both.rows):
             if wrap == "OverlappedCosts":
                 assert b["total_us"] <= a["total_us"] + 1e-9
@@ -233,5 +246,31 @@ def test_where_copies_overlap_kernels_explain_totals_what_the_planner_priced(tin
             unit = Evaluator(over, [node]).unit([node], dim, 0.6)
             if b["place"] == "split" and unit is not None:
                 assert b["total_us"] == pytest.approx(unit.total_us, rel=1e-6), b["op"]
+                assert b["share_us"] == pytest.approx(unit.share_us, rel=1e-6), b["op"]
+                checked += 1
         if wrap == "OverlappedCosts":
             assert both.timeline.coexec_us <= serial.timeline.coexec_us
+    assert checked
+    if model == "depthwise":  # the grouped op's channel split pays a slice of its input
+        unit = Evaluator(over, [by_id["conv2d_1"]]).unit([by_id["conv2d_1"]], "OC", 0.6)
+        assert unit.gpu_side_us > 0 and (unit.lead_us > 0) == (wrap != "BlockCopyCosts")
+
+
+def test_chain_kernels_and_sharing_are_the_planners(tiny, predictor):
+    # a chain's rows grow backwards as the planner (and the partition pass) cut them, and
+    # its sharing is the planner's: per chain, the rows' sums are the planner's UnitCost
+    from codl_tvm.planner.api import build_graph
+    from codl_tvm.planner.search import Evaluator
+
+    by_id = {n.op_id: n for n in build_graph(tiny).nodes}
+    costs = PredictorCosts(predictor)
+    plan = Plan.uniform(tiny, "H", 0.5, chain=True)
+    rows = {r["op"]: r for r in explain(tiny, plan, costs).rows}
+    assert plan.chains
+    for chain in plan.chains:
+        nodes = [by_id[op] for op in chain.ops]
+        unit = Evaluator(costs, nodes).unit(nodes, chain.dim, chain.ratio)
+        for key, want in (("cpu_us", unit.cpu_us), ("gpu_us", unit.gpu_us),
+                          ("share_us", unit.share_us)):
+            got = sum(rows[op][key] for op in chain.ops)
+            assert got == pytest.approx(want, rel=1e-9), (chain.ops, key)

@@ -255,12 +255,8 @@ def test_overlapped_copies_delay_the_cpu_side_only():
 def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
     from codl_tvm.device import DevicePair
     from codl_tvm.planner.api import for_pair
-    from codl_tvm.planner.costs import (
-        AnalyticCosts,
-        BlockCopyCosts,
-        OverlappedCosts,
-        split_sharing_parts,
-    )
+    from codl_tvm.planner.costs import AnalyticCosts, BlockCopyCosts, OverlappedCosts
+    from codl_tvm.planner.sharing_costs import SplitUnit, price_split
 
     cuda = DevicePair.preset("x86-cuda", arch="sm_90")
     assert type(for_pair(AnalyticCosts(), cuda)) is OverlappedCosts  # off by default
@@ -275,7 +271,7 @@ def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
         assert blocks.lead_us == 0 and blocks.join_us == 0
         assert blocks.cpu_side_us == pytest.approx(over.cpu_side_us)
         # the GPU's rows and its part's copy into the output, on the GPU's side
-        parts = split_sharing_parts(AnalyticCosts().sharing_us, spec, "H", ratio, blocks=True)
+        parts = price_split(AnalyticCosts().sharing_us, SplitUnit.of(spec, "H", ratio), True)
         assert parts.lead_us == parts.join_us == 0 and parts.gpu_join_us > 0
         assert blocks.gpu_side_us == pytest.approx(parts.gpu_slice_us + parts.gpu_join_us)
     # a channel split of a batch-1 output is written in place: nothing to copy in

@@ -29,8 +29,7 @@ def _add(p: argparse.ArgumentParser) -> None:
 
 def _costs(args: argparse.Namespace):
     from ..device import DevicePair
-    from ..explain import FlopsCosts, MeasuredCosts
-    from ..planner.costs import PredictorCosts
+    from ..planner.costs import AnalyticCosts, MeasuredCosts, PredictorCosts
 
     if args.predictor:
         from ..predictor import load
@@ -46,7 +45,9 @@ def _costs(args: argparse.Namespace):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # auto's fallback shows in the pair name
         pair = DevicePair.parse(args.pair or "auto", arch=args.arch)
-    return (MeasuredCosts(pair, repeat=args.repeat) if args.measure else FlopsCosts()), pair.name
+    costs = (MeasuredCosts(pair=pair, repeat=args.repeat) if args.measure
+             else AnalyticCosts.placeholder())
+    return costs, pair.name
 
 
 def _as_run(costs, pair_name: str, arch: str | None):

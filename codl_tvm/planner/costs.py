@@ -1,15 +1,20 @@
-"""Cost sources: what the planner asks for a sub-op's kernel time and a copy's time.
+"""Cost sources: what the planner and ``explain`` ask for a sub-op's kernel time and a copy's.
 
 Every source answers two questions, so the search never knows where times come from:
 
 - ``kernel_us(role, sub)``: one processor running one sub-op (an :class:`OpSpec`);
 - ``sharing_us(op, role, nbytes)``: ``to_cpu``/``to_gpu`` transfers (incl. their sync) and
-  ``slice``/``concat`` copies of ``nbytes`` (CoDL Eq. 2's sharing terms).
+  ``slice``/``concat``/``copy_gpu`` copies of ``nbytes`` (CoDL Eq. 2's sharing terms).
+
+The rest of the protocol, with its defaults, is
+:class:`~codl_tvm.planner.cost_source.CostSourceBase`; every source here subclasses it.
 
 :class:`PredictorCosts` wraps a trained predictor (``codl``, ``flops``, ``eop``...);
 :class:`MeasuredCosts` looks measured samples up (the oracle's source; shapes not measured,
-such as chain members with a grown halo, are interpolated within their measured family);
-:class:`AnalyticCosts` is a throughput-and-bandwidth model for tests and for explaining.
+such as chain members with a grown halo, are interpolated within their measured family), or
+times single-op models on a pair when first asked (``explain --measure``);
+:class:`AnalyticCosts` is a throughput-and-bandwidth model for tests and for explaining
+(its :meth:`~AnalyticCosts.placeholder`: work proportional to FLOPs).
 """
 
 from __future__ import annotations
@@ -18,123 +23,19 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..predictor.opspec import SHARING_KINDS, OpSpec
+from .cost_source import CostSource, CostSourceBase, as_source
+from .sharing_costs import SplitSharing, SplitUnit, price_split
+
+__all__ = [
+    "AnalyticCosts", "BlockCopyCosts", "CostSource", "CostSourceBase", "MeasuredCosts",
+    "OverlappedCosts", "PredictorCosts", "SerialCosts", "as_source",
+]
 
 
-class CostSource(Protocol):
-    """Where the planner's and ``explain``'s times come from: a kernel's time on a processor,
-    and a sharing op's (``to_cpu``, ``to_gpu``, ``slice``, ``concat``, ``copy_gpu``) for its
-    bytes. Optional:
-    ``in_model(footprint_bytes)`` (cache residency), ``in_range(sub)``, ``concurrent``,
-    ``unit`` (``"us"`` unless a source's numbers are not times)."""
-
-    label: str
-
-    def kernel_us(self, role: str, sub: OpSpec) -> float: ...
-
-    def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
-
-
-def move_us(costs: CostSource, spec: OpSpec, direction: str) -> float:
-    """A whole op's input (``to_cpu``) or output (``to_gpu``) moved between the processors.
-
-    A source that times the move in place (``explain``'s measured costs) answers through its
-    own ``move_us``; the others price the bytes with ``sharing_us``.
-    """
-    own = getattr(costs, "move_us", None)
-    if own is not None:
-        return float(own(spec, direction))
-    nbytes = spec.in_bytes if direction == "to_cpu" else spec.out_bytes
-    return costs.sharing_us(direction, direction.removeprefix("to_"), nbytes)
-
-
-def split_share_us(costs: CostSource, spec: OpSpec, dim: str, ratio: float
-                   ) -> tuple[float, float]:
-    """Sharing of ``spec`` split at ``ratio`` before its parts run (copy to the CPU, slices)
-    and after (copy back, concat): the terms of
-    :meth:`codl_tvm.predictor.sharing.SharingModel.op_cost`. A source that times a split in
-    place answers through its own ``split_share``."""
-    own = getattr(costs, "split_share", None)
-    if own is not None:
-        return own(spec, dim, ratio)
-    return split_sharing(costs.sharing_us, spec, dim, ratio, block_copies(costs))
-
-
-@dataclass(frozen=True)
-class SplitSharing:
-    """A split op's sharing by where it runs: the CPU's slice (a GPU kernel both parts wait
-    for), the GPU's slice, the copies to and from the CPU, the GPU part's copy into the output
-    (``gpu_join_us``, where block copies join the parts) and the concat after both."""
-
-    lead_us: float = 0.0
-    gpu_slice_us: float = 0.0
-    to_cpu_us: float = 0.0
-    to_gpu_us: float = 0.0
-    join_us: float = 0.0
-    gpu_join_us: float = 0.0
-
-    @property
-    def pre_us(self) -> float:
-        return self.lead_us + self.gpu_slice_us + self.to_cpu_us
-
-    @property
-    def post_us(self) -> float:
-        return self.to_gpu_us + self.join_us + self.gpu_join_us
-
-
-def split_sharing_parts(cost: Any, spec: OpSpec, dim: str, ratio: float,
-                        blocks: bool = False) -> SplitSharing:
-    """The sharing of ``spec`` split at ``ratio`` from ``cost(op, role, nbytes)``.
-
-    ``blocks``: the pair moves row slices and joins with 2-D copies
-    (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`): the CPU's rows go to it straight
-    from the input (no slice before both parts), the GPU's rows and its part's copy into the
-    output are copies within the GPU (``copy_gpu``), and there is no concat.
-    """
-    cpu, gpu = spec.part("cpu", dim, ratio), spec.part("gpu", dim, ratio)
-    if cpu is None:
-        return SplitSharing()
-    copies = {"to_cpu_us": cost("to_cpu", "cpu", cpu.in_bytes),
-              "to_gpu_us": cost("to_gpu", "gpu", cpu.out_bytes)}
-    if gpu is None:
-        return SplitSharing(**copies)
-    in_place = spec.joins_in_place(dim)
-    if blocks:
-        return SplitSharing(
-            **copies, gpu_slice_us=cost("copy_gpu", "gpu", gpu.in_bytes) if dim == "H" else 0.0,
-            gpu_join_us=0.0 if in_place else cost("copy_gpu", "gpu", gpu.out_bytes))
-    slices = ({"lead_us": cost("slice", "gpu", cpu.in_bytes),
-               "gpu_slice_us": cost("slice", "gpu", gpu.in_bytes)} if dim == "H" else {})
-    join = 0.0 if in_place else cost("concat", "gpu", spec.out_bytes)
-    return SplitSharing(**copies, **slices, join_us=join)
-
-
-def split_sharing(cost: Any, spec: OpSpec, dim: str, ratio: float,
-                  blocks: bool = False) -> tuple[float, float]:
-    """(before, after) of a split from ``cost(op, role, nbytes)``."""
-    parts = split_sharing_parts(cost, spec, dim, ratio, blocks)
-    return parts.pre_us, parts.post_us
-
-
-def in_model(costs: CostSource, footprint_bytes: int) -> CostSource:
-    """``costs`` for one model's ops: sources with a cache-residency context (a predictor's
-    L2 terms) see the model's per-inference footprint; the others are returned unchanged."""
-    fn = getattr(costs, "in_model", None)
-    return fn(footprint_bytes) if fn is not None else costs
-
-
-def trusted(costs: CostSource, sub: OpSpec) -> bool:
-    """Whether ``costs`` answers for ``sub`` from data rather than by extrapolation.
-
-    Sources without a notion of range (measured, analytic) are always trusted.
-    """
-    check = getattr(costs, "in_range", None)
-    return True if check is None else bool(check(sub))
-
-
-class PredictorCosts:
+class PredictorCosts(CostSourceBase):
     """Times from a trained predictor (:mod:`codl_tvm.predictor`)."""
 
     def __init__(self, predictor: Any, label: str | None = None) -> None:
@@ -150,7 +51,7 @@ class PredictorCosts:
     def in_model(self, footprint_bytes: int) -> PredictorCosts:
         """These costs for the ops of a model touching ``footprint_bytes`` per inference
         (the predictor's cache-residency context, where it models one)."""
-        fn = getattr(self.predictor, "in_model", None)
+        fn = getattr(self.predictor, "in_model", None)  # predictors without a cache context
         pred = fn(footprint_bytes) if fn is not None else self.predictor
         return self if pred is self.predictor else PredictorCosts(pred, self.label)
 
@@ -162,15 +63,24 @@ class PredictorCosts:
             return False
 
 
-class _PairCosts:
-    """``costs`` as a kind of pair runs a split: the same times, with a class attribute the
-    planner's :class:`~codl_tvm.planner.search.UnitCost` reads (``concurrent``, ``overlap``)."""
+class _PairCosts(CostSourceBase):
+    """``costs`` as a kind of pair runs a split: the same times, with the pair's flags
+    (``concurrent``, ``overlap``, ``block_copies``) that the planner's
+    :class:`~codl_tvm.planner.search.UnitCost` and ``explain``'s timeline read."""
 
     note = ""
 
-    def __init__(self, costs: CostSource) -> None:
-        self.costs = costs
-        self.label = f"{costs.label}, {self.note}"
+    def __init__(self, costs: Any) -> None:
+        self.costs = as_source(costs)
+        self.label = f"{self.costs.label}, {self.note}"
+
+    @property
+    def unit(self) -> str:
+        return self.costs.unit
+
+    @property
+    def slow(self) -> bool:
+        return self.costs.slow
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         return self.costs.kernel_us(role, sub)
@@ -179,10 +89,10 @@ class _PairCosts:
         return self.costs.sharing_us(op, role, nbytes)
 
     def in_model(self, footprint_bytes: int) -> _PairCosts:
-        return type(self)(in_model(self.costs, footprint_bytes))
+        return type(self)(self.costs.in_model(footprint_bytes))
 
     def in_range(self, sub: OpSpec) -> bool:
-        return trusted(self.costs, sub)
+        return self.costs.in_range(sub)
 
 
 class SerialCosts(_PairCosts):
@@ -213,25 +123,17 @@ class BlockCopyCosts(OverlappedCosts):
     note = "copies beside kernels, rows moved by the copy engines"
 
 
-def block_copies(costs: CostSource) -> bool:
-    """Whether the costs' pair slices and joins a split's rows with 2-D copies."""
-    return getattr(costs, "block_copies", False)
-
-
-def overlapped(costs: CostSource) -> bool:
-    """Whether a split's copies run beside its kernels on the costs' pair."""
-    return getattr(costs, "overlap", False)
-
-
-def concurrent(costs: CostSource) -> bool:
-    """Whether the two roles of the costs' pair compute at the same time."""
-    return getattr(costs, "concurrent", True)
+PLACEHOLDER_LABEL = ("PLACEHOLDER proportional to FLOPs (1 unit = 1 MFLOP or 1 MB moved), "
+                     "not measured")
 
 
 @dataclass
-class AnalyticCosts:
+class AnalyticCosts(CostSourceBase):
     """Roofline-free analytic times: FLOPs over a throughput plus a launch cost per kernel;
     copies at a bandwidth plus a sync per transfer. For tests and back-of-envelope plans.
+
+    ``unit``: ``"us"``, or ``"units"`` where the numbers are placeholders, not times
+    (:meth:`placeholder`).
     """
 
     cpu_gflops: float = 50.0
@@ -241,6 +143,15 @@ class AnalyticCosts:
     sync_us: float = 20.0
     copy_gbps: float = 10.0
     label: str = "analytic"
+    unit: str = "us"
+
+    @classmethod
+    def placeholder(cls) -> AnalyticCosts:
+        """Placeholders, not times (``explain`` without a predictor): work proportional to
+        FLOPs at the same rate on both processors, no launch or sync; one unit is one MFLOP
+        of computation, or one MB moved between or copied on processors."""
+        return cls(cpu_gflops=1e3, gpu_gflops=1e3, cpu_launch_us=0.0, gpu_launch_us=0.0,
+                   sync_us=0.0, copy_gbps=1e3, label=PLACEHOLDER_LABEL, unit="units")
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         rate, launch = ((self.gpu_gflops, self.gpu_launch_us) if role == "gpu"
@@ -262,8 +173,20 @@ def _family(role: str, s: OpSpec, axis: str) -> tuple:
             s.IC if reads_all else 0)
 
 
-class MeasuredCosts:
-    """Kernel and sharing times looked up in measured sample rows (profiler format).
+class MeasuredCosts(CostSourceBase):
+    """Kernel and sharing times measured on the target, from samples or timed on a pair.
+
+    From ``rows`` (the oracle's source): kernels are looked up, and shapes not measured
+    (chain members with a grown halo) interpolated within their measured family; sharing ops
+    are priced by a :class:`~codl_tvm.predictor.sharing.SharingModel` fitted to the sharing
+    rows.
+
+    On a ``pair`` (``explain --measure``): a kernel not in ``rows`` is compiled alone with
+    :func:`codl_tvm.compile` and timed (median of ``repeat``) when first asked, then kept. A
+    split's sharing is what its split model takes beyond its slower part (before and after
+    the parts in proportion to the bytes each side moves), and a whole op's move what it
+    takes on the CPU with its input and output on the GPU beyond its kernel: both measured
+    in place, so they hold whatever the pair overlaps.
 
     Parameters
     ----------
@@ -271,13 +194,21 @@ class MeasuredCosts:
         Rows of :func:`codl_tvm.profiler.read_samples` for one device pair.
     label : str
         Shown in reports.
+    pair : DevicePair, optional
+        Time what ``rows`` lack on this pair, and splits and moves in place.
+    repeat : int
+        Timings per model on ``pair``.
     """
 
-    def __init__(self, rows: Sequence[dict[str, Any]], label: str = "measured") -> None:
+    def __init__(self, rows: Sequence[dict[str, Any]] = (), label: str | None = None, *,
+                 pair: Any = None, repeat: int = 10) -> None:
         from ..predictor.base import sub_spec
         from ..predictor.sharing import SharingModel
 
-        self.label = label
+        self.pair, self.repeat = pair, repeat
+        self.label = label or ("measured" if pair is None else
+                               f"measured on {pair.name} (single-op models compiled with "
+                               f"codl_tvm.compile, median of {repeat})")
         share = [r for r in rows if r["op"] in SHARING_KINDS]
         self.sharing = SharingModel().fit(share) if share else None
         self.exact: dict[tuple[str, OpSpec], float] = {}
@@ -291,11 +222,19 @@ class MeasuredCosts:
                 fams[_family(r["role"], sub, axis)][sub.out_elems] = float(r["latency_us"])
         self.families = {k: sorted(v.items()) for k, v in fams.items()}
         self.misses = 0
+        self._timed: dict[tuple, float] = {}
+
+    @property
+    def slow(self) -> bool:
+        return self.pair is not None
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         hit = self.exact.get((role, sub))
         if hit is not None:
             return hit
+        if self.pair is not None:
+            self.exact[(role, sub)] = self._time(sub, ("single", role))
+            return self.exact[(role, sub)]
         self.misses += 1
         for axis in ("H", "C"):
             pts = self.families.get(_family(role, sub, axis))
@@ -307,6 +246,39 @@ class MeasuredCosts:
         if self.sharing is None:
             raise KeyError("the measurements have no sharing rows (to_cpu/to_gpu/slice/concat)")
         return float(self.sharing.cost(op, role, nbytes))
+
+    def move_us(self, spec: OpSpec, direction: str) -> float:
+        if self.pair is None:
+            return super().move_us(spec, direction)
+        both = max(self._time(spec, ("cpu-op", "gpu-io")) - self.kernel_us("cpu", spec), 0.0)
+        moved = spec.in_bytes if direction == "to_cpu" else spec.out_bytes
+        return both * moved / (spec.in_bytes + spec.out_bytes)
+
+    def split_sharing(self, unit: SplitUnit) -> SplitSharing:
+        """On a pair: the first op's split measured in place before the parts (both
+        processors wait: ``lead_us``), the last op's after them (``join_us``)."""
+        if self.pair is None:
+            return super().split_sharing(unit)
+        pre = self._split_share(unit.first, unit.dim, unit.ratio)[0]
+        post = self._split_share(unit.last, unit.dim, unit.ratio)[1]
+        return SplitSharing(lead_us=pre * unit.repeat, join_us=post * unit.repeat)
+
+    def _split_share(self, spec: OpSpec, dim: str, ratio: float) -> tuple[float, float]:
+        parts = spec.parts(dim, ratio)
+        if parts["cpu"] is None:
+            return 0.0, 0.0
+        slowest = max(self.kernel_us(r, p) for r, p in parts.items() if p is not None)
+        total = max(self._time(spec, ("split", dim, ratio)) - slowest, 0.0)
+        moved = price_split(lambda op, role, n: float(n), SplitUnit.of(spec, dim, ratio))
+        pre_b, post_b = moved.pre_us, moved.post_us
+        return total * pre_b / (pre_b + post_b), total * post_b / (pre_b + post_b)
+
+    def _time(self, spec: OpSpec, how: tuple) -> float:
+        if (spec, how) not in self._timed:
+            from ..explain import time_single_op
+
+            self._timed[(spec, how)] = time_single_op(self.pair, spec, how, self.repeat)
+        return self._timed[(spec, how)]
 
 
 def _interp(pts: list[tuple[int, float]], x: int) -> float:

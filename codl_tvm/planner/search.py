@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from ..geometry import chain_row_parts, split_count
 from ..predictor.opspec import OpSpec
-from .costs import CostSource, block_copies, concurrent, in_model, overlapped, trusted
+from .cost_source import CostSource, as_source
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
+from .sharing_costs import SplitSharing, SplitUnit, spec_parts
 
 ROLES = ("gpu", "cpu")
 DEFAULT_STEP = 0.05
@@ -31,7 +31,9 @@ DEFAULT_DELTA = 0.3
 class UnitCost:
     """A unit's kernel time per role and its sharing.
 
-    ``share_us`` is all of the sharing. Where copies overlap kernels (``overlap``: the
+    ``share_us`` is all of the sharing, priced by the costs'
+    :meth:`~codl_tvm.planner.cost_source.CostSourceBase.split_sharing` (as ``explain``'s
+    timeline prices it; :meth:`of`). Where copies overlap kernels (``overlap``: the
     runtime's :class:`~codl_tvm.passes.OverlapCopies`), only the CPU's slice (``lead_us``)
     comes before both parts; the GPU's slice (``gpu_side_us``) runs on the GPU's side, the
     copies to and from the CPU (``cpu_side_us``) on the CPU's, and the concat
@@ -49,6 +51,15 @@ class UnitCost:
     cpu_side_us: float = 0.0
     gpu_side_us: float = 0.0
     join_us: float = 0.0
+
+    @staticmethod
+    def of(cpu_us: float, gpu_us: float, sharing: SplitSharing, concurrent: bool = True,
+           overlap: bool = False) -> UnitCost:
+        """A unit's cost from its kernel times and its priced sharing
+        (:meth:`~codl_tvm.planner.cost_source.CostSourceBase.split_sharing`)."""
+        copies, gpu_side = sharing.cpu_side_us, sharing.gpu_side_us
+        return UnitCost(cpu_us, gpu_us, sharing.lead_us + gpu_side + copies + sharing.join_us,
+                        concurrent, overlap, sharing.lead_us, copies, gpu_side, sharing.join_us)
 
     @property
     def total_us(self) -> float:
@@ -93,25 +104,7 @@ def unit_parts(nodes: list[OpNode], dim: str, ratio: float) -> dict[str, list[Op
     """Per role, the sub-op of every member; None when one side gets nothing or cannot work."""
     if any(n.spec is None or dim not in n.dims for n in nodes):
         return None
-    if dim == "H":  # the cut of the partition pass (passes.unit_geometry.h_parts)
-        ops = [(n.spec.window_h, n.spec.H) for n in nodes]
-        rows = chain_row_parts(ops, nodes[-1].spec.out_h, ratio)
-        if rows is None:
-            return None
-        return {role: [replace(n.spec, H=rp.src[1] - rp.src[0],
-                               pad=(rp.pad[0], n.spec.pad[1], rp.pad[1], n.spec.pad[3]))
-                       for n, rp in zip(nodes, rows[role], strict=True)]
-                for role in ROLES}
-    units = nodes[0].spec.units("OC")
-    if split_count(units, ratio) in (0, units):
-        return None
-    out: dict[str, list[OpSpec]] = {}
-    for role in ROLES:
-        subs = [n.spec.part(role, "OC", ratio) for n in nodes]
-        if any(s is None for s in subs):
-            return None
-        out[role] = subs
-    return out
+    return spec_parts([n.spec for n in nodes], dim, ratio)
 
 
 class Evaluator:
@@ -120,7 +113,9 @@ class Evaluator:
     def __init__(self, costs: CostSource, nodes: list[OpNode] | None = None,
                  glue: Sequence[GlueOp] = ()) -> None:
         # a model's own footprint decides which cached weights stay in the GPU's L2
-        self.costs = costs if nodes is None else in_model(costs, footprint_bytes(nodes))
+        self.costs = as_source(costs)
+        if nodes is not None:
+            self.costs = self.costs.in_model(footprint_bytes(nodes))
         self.glue = list(glue)
         self._kernels: dict[tuple[str, OpSpec], float] = {}
         self._units: dict[tuple, UnitCost | None] = {}
@@ -175,25 +170,10 @@ class Evaluator:
             t = {r: sum(self.kernel(r, s) for s in parts[r]) * rep for r in ROLES}
         except KeyError:  # measured costs without this part: the split is not an option
             return None
-        head, last = nodes[0].spec, nodes[-1]
-        cpu_in, gpu_in = parts["cpu"][0].in_bytes * rep, parts["gpu"][0].in_bytes * rep
-        lead = gpu_slice = join = 0.0
-        blocks = block_copies(self.costs) and rep == 1
-        slicer = "copy_gpu" if blocks else "slice"
-        if dim == "H" or head.groups > 1:  # each side reads its own slice of the input
-            lead = 0.0 if blocks else self.share("slice", "gpu", cpu_in)
-            if gpu_in < head.in_bytes * rep:
-                gpu_slice = self.share(slicer, "gpu", gpu_in)
-        copies = (self.share("to_cpu", "cpu", cpu_in)
-                  + self.share("to_gpu", "gpu", parts["cpu"][-1].out_bytes * rep))
-        if rep > 1 or last.spec is None or not last.spec.joins_in_place(dim):
-            if blocks:  # the GPU's part into its rows of the output, on the GPU's side
-                gpu_slice += self.share("copy_gpu", "gpu", parts["gpu"][-1].out_bytes)
-            else:
-                join = self.share("concat", "gpu", last.out_bytes)
-        return UnitCost(t["cpu"], t["gpu"], lead + gpu_slice + copies + join,
-                        concurrent(self.costs), overlapped(self.costs), lead, copies,
-                        gpu_slice, join)
+        last = nodes[-1]
+        unit = SplitUnit(nodes[0].spec, last.spec, dim, ratio, parts, rep, last.out_bytes)
+        return UnitCost.of(t["cpu"], t["gpu"], self.costs.split_sharing(unit),
+                           self.costs.concurrent, self.costs.overlap)
 
 
 # ---- section 4.1: per-op plans --------------------------------------------------------------
@@ -208,7 +188,7 @@ def best_choice(ev: Evaluator, node: OpNode, grid: list[float], min_gain: float 
     whole = {r: ev.isolated(node, r) for r in ROLES}
     role = min(whole, key=whole.get)
     best: tuple[str, float, float] | None = None
-    splittable = node.spec is not None and trusted(ev.costs, node.spec)
+    splittable = node.spec is not None and ev.costs.in_range(node.spec)
     for dim in node.dims if splittable else ():
         for ratio in grid:
             u = ev.unit([node], dim, ratio)
@@ -334,7 +314,7 @@ def ideal_us(ev: Evaluator, nodes: list[OpNode]) -> float:
     """Sum over ops of 1 / (1/T_cpu + 1/T_gpu): perfect sharing, no overhead (the faster
     role alone where the roles share cores)."""
     total = 0.0
-    together = concurrent(ev.costs)
+    together = ev.costs.concurrent
     for n in nodes:
         c, g = ev.whole(n, "cpu"), ev.whole(n, "gpu")
         if c > 0 and g > 0:
