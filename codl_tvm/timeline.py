@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .outputs import atomic_file
 from .planner.cost_source import CostSourceBase, as_source
-from .planner.sharing_costs import SplitUnit, spec_parts
+from .predictor.split_sharing import SplitUnit, spec_parts
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",

@@ -256,7 +256,7 @@ def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
     from codl_tvm.device import DevicePair
     from codl_tvm.planner.api import for_pair
     from codl_tvm.planner.costs import AnalyticCosts, BlockCopyCosts, OverlappedCosts
-    from codl_tvm.planner.sharing_costs import SplitUnit, price_split
+    from codl_tvm.predictor.split_sharing import SplitUnit, price_split
 
     cuda = DevicePair.preset("x86-cuda", arch="sm_90")
     assert type(for_pair(AnalyticCosts(), cuda)) is OverlappedCosts  # off by default

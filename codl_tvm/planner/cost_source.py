@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..predictor.opspec import OpSpec
-from .sharing_costs import SplitSharing, SplitUnit, price_split
+from ..predictor.split_sharing import SplitSharing, SplitUnit, price_split
 
 
 class CostSource(Protocol):

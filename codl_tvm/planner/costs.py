@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..predictor.opspec import SHARING_KINDS, OpSpec
+from ..predictor.split_sharing import SplitSharing, SplitUnit, price_split
 from .cost_source import CostSource, CostSourceBase, as_source
-from .sharing_costs import SplitSharing, SplitUnit, price_split
 
 __all__ = [
     "AnalyticCosts", "BlockCopyCosts", "CostSource", "CostSourceBase", "MeasuredCosts",

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..predictor.opspec import OpSpec
+from ..predictor.split_sharing import SplitSharing, SplitUnit, spec_parts
 from .cost_source import CostSource, as_source
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
-from .sharing_costs import SplitSharing, SplitUnit, spec_parts
 
 ROLES = ("gpu", "cpu")
 DEFAULT_STEP = 0.05

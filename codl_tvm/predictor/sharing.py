@@ -21,6 +21,7 @@ import numpy as np
 
 from codl_tvm.predictor.fitting import robust_rel_fit
 from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.predictor.split_sharing import SplitUnit, price_split
 
 TRANSFERS = ("to_cpu", "to_gpu")
 LINEAR = (*TRANSFERS, "copy_gpu")  # fitted robustly, one line per op (no role)
@@ -79,27 +80,18 @@ class SharingModel:
         chain: bool,
         parts: dict[str, OpSpec | None] | None = None,
     ) -> float:
-        """Sharing cost of one op split at ``ratio`` (0 inside a chain or on the GPU alone).
+        """Sharing cost of one op split at ``ratio`` (0 inside a chain or on the GPU alone):
+        the planner's price of a split (:func:`~codl_tvm.predictor.split_sharing.price_split`),
+        all of it serial.
 
         ``parts``: the ``{"cpu": ..., "gpu": ...}`` sub-ops when the caller has them already.
         """
         if chain:
             return 0.0
         parts = parts or {r: spec.part(r, dim, ratio) for r in ("cpu", "gpu")}
-        cpu = parts["cpu"]
-        if cpu is None:
-            return 0.0
-        total = self.cost("to_cpu", "cpu", cpu.in_bytes) + self.cost("to_gpu", "gpu", cpu.out_bytes)
-        gpu = parts["gpu"]
-        if gpu is None:
-            return total
-        if dim == "H":  # each part reads its own rows (+ halo) of the shared input
-            total += self.cost("slice", "gpu", cpu.in_bytes) + self.cost(
-                "slice", "gpu", gpu.in_bytes
-            )
-        if spec.joins_in_place(dim):  # the parts are written into the output directly
-            return total
-        return total + self.cost("concat", "gpu", spec.out_bytes)
+        unit = SplitUnit(spec, spec, dim, ratio, {r: [p] for r, p in parts.items()})
+        shared = price_split(self.cost, unit)
+        return shared.pre_us + shared.post_us
 
     def to_json(self) -> dict[str, Any]:
         return {k: _round(v) for k, v in self.params.items()}

@@ -1,5 +1,6 @@
 """The one price of a split unit's sharing (CoDL Eq. 2's sharing terms), for the planner's
-search (:class:`~codl_tvm.planner.search.UnitCost`) and for ``explain``'s timeline alike.
+search (:class:`~codl_tvm.planner.search.UnitCost`), ``explain``'s timeline and the
+predictor's ``predict_op`` alike.
 
 A *unit* is one op or a chain of ops split together (:class:`SplitUnit`; :func:`spec_parts`
 cuts it); data is shared only at its ends: the CPU's part of the first op's input goes to the
@@ -13,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..geometry import chain_row_parts, split_count
-from ..predictor.opspec import OpSpec
+from codl_tvm.geometry import chain_row_parts, split_count
+from codl_tvm.predictor.opspec import OpSpec
 
 # ``cost(op, role, nbytes)``: a cost source's ``sharing_us``
 ShareFn = Callable[[str, str, float], float]
