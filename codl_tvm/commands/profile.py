@@ -109,7 +109,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
         pair = replace(pair, cpu_spec={**pair.cpu_spec, "mcpu": args.mcpu}, _cache={})
     shares = [float(x) for x in args.shares.split(",")] if args.shares else None
     jobs = make_jobs(args.quick, args.workload, max_flops=args.max_flops, seed=args.seed,
-                     shares=shares, **_sampling_options(args))  # fmt: skip
+                     shares=shares, pair=pair, **_sampling_options(args))  # fmt: skip
     check_output_folder(args.output, args.workload, args.overwrite)  # before compiling
     man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)),
                        overwrite=args.overwrite)

@@ -37,6 +37,7 @@ def make_jobs(
     max_share_bytes: int = 64 << 20,
     kinds: Sequence[str] | None = None,
     strata: Mapping[str, int] | None = None,
+    pair: Any = None,
 ) -> list[Any]:
     """The jobs of one profiling run.
 
@@ -60,6 +61,11 @@ def make_jobs(
         pixels, 256-4096 channels, weights up to hundreds of MB; ``body``: 28-416 pixels a
         side, 16-512 channels, 0.1-4 GFLOPs; ``pointwise``: their stride-1 1x1 convs;
         ``downsample``: stride-2 1x1 convs), each its own model (``random-deep``, ...).
+    pair : DevicePair, optional
+        Whose dispatch the random draw must cover: every kernel model the pair can run gets
+        at least ``coverage.MIN_PER_MODEL`` jobs, more where real networks use it more
+        (:func:`codl_tvm.profiler.coverage.cover`). Not for workload files (their shapes are
+        measured as given) nor a draw restricted to ``kinds``.
     """
     from codl_tvm.profiler import space
 
@@ -78,7 +84,13 @@ def make_jobs(
             kinds=kinds,
         )
     specs += space.strata_specs(strata or {}, seed)
-    jobs = space.compute_jobs(specs, tuple(shares) if shares else grid)
+    grid = tuple(shares) if shares else grid
+    jobs = space.compute_jobs(specs, grid)
+    if pair is not None and kinds is None and (quick or not workloads):
+        from codl_tvm.profiler.coverage import cover
+
+        jobs = cover(jobs, pair, grid, max_flops or cfg["max_flops"],
+                     cfg["min_flops"] if min_flops is None else min_flops, seed)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)
     return jobs
@@ -112,6 +124,6 @@ def profile(
 
     pair = pair if isinstance(pair, DevicePair) else DevicePair.parse(pair, arch=arch)
     if jobs is None:
-        jobs = make_jobs(quick=quick, workloads=workloads, **job_options)
+        jobs = make_jobs(quick=quick, workloads=workloads, pair=pair, **job_options)
     session = Session(rpc=rpc, tracker=tracker, key=key)
     return measure(pair, jobs, output, session, progress=progress, proto=proto)

@@ -1,0 +1,167 @@
+"""Coverage by construction: every kernel model the pair's dispatch can run gets samples.
+
+A random draw in CoDL's ranges leaves whole kernels without a sample where their predicate is
+narrow (a quick profile drew no Winograd sub-op, yet the dispatch runs Winograd on many real
+convs). :func:`cover` therefore counts the profile's compute jobs per predictor model (role,
+kernel kind, algorithm, filter-size variant: ``predictor.codl``'s keys), with the kernel the
+dispatch mirror picks on the pair's CPU and GPU, and tops every model the pair can run up to
+:data:`MIN_PER_MODEL` jobs, and further in proportion to how often real networks run it
+(:data:`USAGE_DIR`: the layer shapes of the CoDL authors' operator dataset, 101 layers of
+real CNNs), from a pool of cheap random ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codl_tvm.predictor.blocking import BY_FILTER, kernel_kind, model_algorithm, variant
+from codl_tvm.predictor.machine import Machine, reference
+from codl_tvm.predictor.mirror import kernel
+from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.profiler.space import (
+    KIND_WEIGHTS,
+    Job,
+    compute_jobs,
+    random_spec,
+    workload_specs,
+)
+from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
+
+MIN_PER_MODEL = 12  # above accuracy.MIN_KERNEL_SAMPLES: a model's fit has slack for outliers
+USAGE_SHARE = 0.25  # of the profile's compute jobs a model may claim by its share of real use
+POOL_DRAWS = 6000  # random ops drawn per kind for the pool the top-ups come from
+USAGE_DIR = Path(__file__).resolve().parent.parent / "data" / "workloads"
+
+
+def pair_machine(pair: Any) -> Machine:
+    """What the dispatch's choice depends on for ``pair``: the CPU target's cores and SIMD
+    lanes, the GPU's SMs and the kernel variants in use (the rest: the reference's, which
+    the kernel choice does not read)."""
+    import tvm
+
+    from codl_tvm import tiling
+    from codl_tvm.schedules.target_info import target_info
+
+    cpu = target_info(tvm.target.Target(pair.cpu_spec))
+    gpu = pair.gpu_spec
+    sms = pair.gpu_sms or (tiling.sm_count(str(gpu.get("arch", "")), str(gpu["kind"]))
+                           if gpu["kind"] != "llvm" else reference().sms)  # fmt: skip
+    return dataclasses.replace(reference(), cores=cpu.cores, lanes=cpu.lanes, sms=sms,
+                               variants=tiling.current_variants())  # fmt: skip
+
+
+def model_key(job: Job, families: dict[str, str], m: Machine) -> str | None:
+    """The predictor model that prices ``job`` (None: a sharing job or an empty part)."""
+    if job.spec is None:
+        return None
+    sub = job.spec.part(job.role, job.dim, job.ratio)
+    if sub is None:
+        return None
+    algo = model_algorithm(kernel(families[job.role], sub, m).algorithm)
+    key = f"{job.role}/{kernel_kind(sub)}/{algo}"
+    return f"{key}/{variant(sub)}" if algo in BY_FILTER else key
+
+
+def cover(jobs: Sequence[Job], pair: Any, grid: Sequence[float], max_flops: float,
+          min_flops: float, seed: int = 0, min_per_model: int = MIN_PER_MODEL,
+          m: Machine | None = None) -> list[Job]:
+    """``jobs`` and the top-up jobs that give every model the pair can run its share.
+
+    Parameters
+    ----------
+    jobs : sequence of Job
+        The profile's jobs (sharing jobs pass through).
+    pair : DevicePair
+        Whose dispatch picks the kernels.
+    grid : sequence of float
+        The shares the profile measures of each drawn op.
+    max_flops, min_flops : float
+        The FLOPs bounds of the drawn ops (the profile's own).
+    min_per_model : int
+        The fewest jobs any model gets.
+    m : Machine, optional
+        The pair's machine (default :func:`pair_machine`).
+    """
+    m = m or pair_machine(pair)
+    families = {"cpu": "cpu" if pair.cpu_spec["kind"] == "llvm" else "gpu",
+                "gpu": "cpu" if pair.gpu_spec["kind"] == "llvm" else "gpu"}  # fmt: skip
+    have = Counter(model_key(j, families, m) for j in jobs)
+    n_compute = sum(n for k, n in have.items() if k is not None)
+    pool = _pool(grid, max_flops, min_flops, seed, families, m)
+    usage = usage_shares(families, m, grid)
+    keys = dict.fromkeys([*sorted(pool), *sorted(usage)])
+    added: list[Job] = []
+    seen = {j.key("") for j in jobs}
+    for key in keys:
+        want = max(min_per_model, math.ceil(usage.get(key, 0.0) * USAGE_SHARE * n_compute))
+        for job in pool.get(key, ()):
+            if have[key] >= want:
+                break
+            if job.key("") not in seen:
+                seen.add(job.key(""))
+                added.append(job)
+                have[key] += 1
+    return [*jobs, *added]
+
+
+def coverage(jobs: Sequence[Job], pair: Any, m: Machine | None = None) -> dict[str, int]:
+    """Jobs per predictor model of ``jobs`` on ``pair`` (what :func:`cover` counts)."""
+    m = m or pair_machine(pair)
+    families = {"cpu": "cpu" if pair.cpu_spec["kind"] == "llvm" else "gpu",
+                "gpu": "cpu" if pair.gpu_spec["kind"] == "llvm" else "gpu"}  # fmt: skip
+    counts = Counter(model_key(j, families, m) for j in jobs)
+    counts.pop(None, None)
+    return dict(sorted(counts.items()))
+
+
+def _pool(grid: Sequence[float], max_flops: float, min_flops: float, seed: int,
+          families: dict[str, str], m: Machine) -> dict[str, list[Job]]:
+    """Per model, jobs of random ops within the FLOPs bounds, cheapest op first."""
+    rng = np.random.default_rng(seed + 7919)  # not the profile's own draw
+    specs = []
+    for kind in KIND_WEIGHTS:
+        for _ in range(POOL_DRAWS):
+            try:
+                s = random_spec(rng, kind)
+            except ValueError:
+                continue
+            if min_flops <= s.flops <= max_flops:
+                specs.append(s)
+            if kind.startswith("pool") and s.H >= GLOBAL_POOL_MIN_WINDOW:
+                # a global pool (ResNet's, MobileNet's heads) has a GPU kernel of its own;
+                # CoDL's draw of 2x2 and 3x3 windows never gives one
+                g = OpSpec(kind, s.H, s.H, s.IC, s.IC, s.H, s.H)
+                if min_flops <= g.flops <= max_flops:
+                    specs.append(g)
+    specs.sort(key=lambda s: s.flops)
+    out: dict[str, list[Job]] = defaultdict(list)
+    for job in compute_jobs(specs, grid):
+        key = model_key(job, families, m)
+        if key is not None:
+            out[key].append(job)
+    return out
+
+
+def usage_shares(families: dict[str, str], m: Machine, grid: Sequence[float]
+                 ) -> dict[str, float]:
+    """Each model's share of the sub-ops of real networks' layers (:data:`USAGE_DIR`)."""
+    return dict(_usage(tuple(sorted(families.items())), m, tuple(grid)))
+
+
+@cache
+def _usage(families: tuple[tuple[str, str], ...], m: Machine, grid: tuple[float, ...]
+           ) -> tuple[tuple[str, float], ...]:
+    fams = dict(families)
+    layers = [spec for path in sorted(USAGE_DIR.glob("*.csv")) for _, spec in workload_specs(path)]
+    counts = Counter(model_key(j, fams, m) for j in compute_jobs(layers, grid))
+    counts.pop(None, None)
+    total = sum(counts.values()) or 1
+    return tuple((k, n / total) for k, n in sorted(counts.items()))
