@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 
 from .graph import entry_function, find_anchors
-from .passes.split_rules import RULES
+from .split_rules import RULES
 
 
 def consecutive_runs(mod: tvm.IRModule, dim: str, op_ids: list[str]) -> list[list[str]]:

@@ -26,6 +26,7 @@ from .passes import (
 from .passes import adreno_texture as tex
 from .passes import texture_scope as scope
 from .plan import Plan
+from .schedules import ApplySchedules
 
 
 def prepare_passes() -> list[tvm.transform.Pass]:
@@ -34,22 +35,9 @@ def prepare_passes() -> list[tvm.transform.Pass]:
 
 
 def schedule_pass() -> tvm.transform.Pass:
-    """Kernel schedules: the project's own where they exist, DLight on the GPU otherwise."""
-    try:
-        from .schedules import ApplySchedules
-    except ImportError:
-        return default_gpu_schedule()
+    """Kernel schedules: the project's own where they exist, DLight's rules otherwise (the
+    fallback is :mod:`codl_tvm.schedules.dispatch`'s, per kernel)."""
     return ApplySchedules()
-
-
-def default_gpu_schedule() -> tvm.transform.Pass:
-    from tvm.s_tir import dlight as dl
-
-    # GPU rules skip llvm PrimFuncs, so the CPU kernels stay as legalized
-    return dl.ApplyDefaultSchedule(
-        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-        dl.gpu.Fallback(),
-    )
 
 
 def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False,

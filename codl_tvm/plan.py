@@ -32,8 +32,10 @@ from typing import Any
 import tvm
 import tvm_ffi
 
+from .chains import consecutive_runs
 from .graph import entry_function, find_anchors, fingerprint
 from .outputs import write_json
+from .unit_geometry import split_extent
 
 FORMAT = "codl-tvm-plan"
 VERSION = 1
@@ -112,15 +114,11 @@ class Plan:
         anchors = find_anchors(entry_function(mod))
         _check_ratio("uniform", ratio)
         plan = cls(fingerprint=fingerprint(anchors), num_ops=len(anchors))
-        from .passes.unit_geometry import split_extent  # local: passes import plan
-
         for a in anchors:
             # an op with a single row (a batch-1 dense layer on H) has nothing to split
             if dim in SPLIT_DIMS[a.kind] and split_extent(a, dim) > 1:
                 plan.ops[a.op_id] = OpPlacement("split", dim, float(ratio))
         if chain:
-            from .chains import consecutive_runs  # local: chains imports plan
-
             # only ops this plan splits: an op left whole (one row) ends a chain
             for run in consecutive_runs(mod, dim, list(plan.ops)):
                 if len(run) > 1:

@@ -7,22 +7,18 @@ what runs on a phone, a GPU box or the H100 measurement machine. An artifact is 
     params.npz      weights the CPU kernels read (uploaded to the CPU once)
     manifest.json   inputs, outputs, device pair, TVM version, plan
 
-Command line::
+Command line (:func:`codl_tvm.commands.artifact.runtime_main`, ``codl-tvm run``'s arguments)::
 
     python -m codl_tvm.runtime ARTIFACT [--inputs x.npz] [-o out.npz] [--time] [--repeat N]
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +30,7 @@ from . import streams  # noqa: F401 - registers the stream functions split artif
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
 from .profiler.cpu_pool import pair_threads, use_cpu_threads
 from .profiler.host_memory import host_tensor
+from .profiler.nvcc import compile_cuda
 
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
@@ -45,28 +42,9 @@ ROLES = ("gpu", "cpu")  # manifest["devices"] order (codl_tvm.device.ROLES; no c
 
 # ---- CUDA in a runtime-only process (see shared/gpu/README.md) ------------------------------
 def _nvcc_compile(code: str, target: str | None = None) -> bytearray:
-    """nvcc -> fatbin, cached on disk under ``$CODL_CUDA_CACHE`` (keyed by source and arch) so
-    loading many artifacts can be warmed in parallel processes and repeated loads are free."""
-    arch = os.environ.get("CODL_CUDA_ARCH") or _cuda_arch()
-    cache = os.environ.get("CODL_CUDA_CACHE")
-    key = hashlib.sha256(f"{arch}\n{code}".encode()).hexdigest()
-    cached = Path(cache, f"{key}.fatbin") if cache else None
-    if cached is not None and cached.exists():
-        return bytearray(cached.read_bytes())
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = Path(tmp, "k.cu"), Path(tmp, "k.fatbin")
-        src.write_text(code)
-        cmd = ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed on a TVM kernel: {proc.stderr.strip()[-2000:]}")
-        data = out.read_bytes()
-    if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp_file = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp_file.write_bytes(data)
-        os.replace(tmp_file, cached)
-    return bytearray(data)
+    """``tvm_callback_cuda_compile``: :func:`~codl_tvm.profiler.nvcc.compile_cuda` for
+    ``$CODL_CUDA_ARCH``, else this GPU's arch."""
+    return compile_cuda(code, os.environ.get("CODL_CUDA_ARCH") or _cuda_arch())
 
 
 def _cuda_arch() -> str:
@@ -215,24 +193,6 @@ def random_weights(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndar
             for p in manifest["params"]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m codl_tvm.runtime", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("artifact")
-    parser.add_argument("--inputs", help=".npz keyed by input name (random when absent)")
-    parser.add_argument("-o", "--output",
-                        help="write outputs to this .npz, keyed by the model's output names")
-    parser.add_argument("--time", action="store_true", help="print the median latency")
-    parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args(argv)
-    try:
-        run_and_report(load(args.artifact), args.inputs, args.output, args.time, args.repeat)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def output_names(manifest: dict[str, Any], count: int) -> list[str]:
     """The model's output names (ONNX graph order); ``output_i`` where the model had none."""
     names = manifest.get("outputs") or []
@@ -262,4 +222,6 @@ def run_and_report(runner: Runner, inputs: str | None, output: str | None, time:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from codl_tvm.commands.artifact import runtime_main
+
+    sys.exit(runtime_main())

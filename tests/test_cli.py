@@ -252,18 +252,20 @@ def test_plan_and_bench(work, tmp_path):
     assert "bench" in commands()
 
 
-def test_predictor_module_reports_a_broken_predictor_in_one_line(tmp_path, capsys):
-    """`python -m codl_tvm.predictor report` (PREDICTOR.md's commands) on a malformed file:
+def test_predictor_module_reports_a_broken_predictor_in_one_line(tmp_path):
+    """`python -m codl_tvm.predictor report` on a malformed file:
     one error line naming the file and exit 1, as `codl-tvm report` does."""
     from codl_tvm.predictor import DATA_DIR
-    from codl_tvm.predictor.__main__ import main
 
     doc = json.loads((DATA_DIR / "predictor-x86-cuda.json").read_text())
     doc["model"]["machine"][-1] = "lots"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
-    assert main(["report", str(bad), str(DATA_DIR / "samples-x86-cuda-h100.csv")]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    proc = subprocess.run([sys.executable, "-m", "codl_tvm.predictor", "report", str(bad),
+                           str(DATA_DIR / "samples-x86-cuda-h100.csv")],
+                          capture_output=True, text=True, timeout=120, env=env())
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "bad.json" in err[0] and "malformed codl predictor" in err[0]
 
 
@@ -297,3 +299,9 @@ def test_module_entry_points_share_the_commands():
     assert set(predictor.MODULE_COMMANDS.values()) <= set(COMMANDS.values())
     assert set(profile.MODULE_COMMANDS.values()) <= set(COMMANDS.values())
     assert set(profile.MODULE_COMMANDS) == {"profile", "bundle", "join", "noise", "resummarize"}
+    for package, names in (("profiler", profile.MODULE_COMMANDS),
+                           ("predictor", predictor.MODULE_COMMANDS)):
+        proc = subprocess.run([sys.executable, "-m", f"codl_tvm.{package}", "--help"],
+                              capture_output=True, text=True, timeout=120, env=env())
+        assert proc.returncode == 0 and f"python -m codl_tvm.{package}" in proc.stdout
+        assert all(name in proc.stdout for name in names), package

@@ -39,6 +39,10 @@ def _runtime_only(code: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+# `python -m codl_tvm.runtime`
+RUNTIME_MAIN = ("import runpy; "
+                "runpy.run_module('codl_tvm.runtime', run_name='__main__', alter_sys=True)")
+
 INSPECT = """
 import json, sys
 from codl_tvm import runtime
@@ -69,11 +73,11 @@ def test_runtime_cli_without_a_gpu_fails_in_one_line(cuda_exe, tmp_path):
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a GPU")
     art = cuda_exe.export(tmp_path / "cuda-art")
-    proc = _runtime_only("import sys; from codl_tvm import runtime; sys.exit(runtime.main())",
-                         str(art))
+    proc = _runtime_only(RUNTIME_MAIN, str(art))
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr[-2000:]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("python -m codl_tvm.runtime: error:"), lines[0]
 
 
 @pytest.mark.gpu
@@ -81,7 +85,7 @@ def test_runtime_only_cuda_run_matches_full_tvm(cuda_exe, tmp_path):
     art = cuda_exe.export(tmp_path / "cuda-art")
     inputs = cuda_exe.random_inputs(seed=2)
     np.savez(tmp_path / "x.npz", **inputs)
-    proc = _runtime_only("import sys; from codl_tvm import runtime; sys.exit(runtime.main())",
+    proc = _runtime_only(RUNTIME_MAIN,
                          str(art), "--inputs", str(tmp_path / "x.npz"), "-o",
                          str(tmp_path / "y.npz"), "--time", "--repeat", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]

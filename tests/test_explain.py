@@ -14,12 +14,13 @@ from tvm.relax import op as rop
 
 import codl_tvm
 from codl_tvm import zoo
-from codl_tvm.explain import explain, op_spec, plan_rows, single_op_module
+from codl_tvm.explain import explain, op_spec, plan_rows
 from codl_tvm.plan import Chain, OpPlacement, Plan
 from codl_tvm.planner.costs import AnalyticCosts, MeasuredCosts, PredictorCosts
 from codl_tvm.predictor import OpSpec, train
 from codl_tvm.predictor.split_sharing import SplitUnit
 from codl_tvm.profiler import space
+from codl_tvm.single_op import single_op_module
 from codl_tvm.timeline import LANES, draw
 
 

@@ -12,10 +12,10 @@ import codl_tvm
 from codl_tvm import zoo
 from codl_tvm.chains import consecutive_runs
 from codl_tvm.graph import entry_function, find_anchors
-from codl_tvm.passes.unit_geometry import h_parts
 from codl_tvm.planner import STRATEGIES, AnalyticCosts, build_graph, make_plan
 from codl_tvm.planner.api import measured_costs
 from codl_tvm.planner.search import unit_parts
+from codl_tvm.unit_geometry import h_parts
 
 
 @pytest.fixture(scope="module")
@@ -186,9 +186,10 @@ def test_offline_bench_bundle_runs_runtime_only(measured, tmp_path):
 
 
 def test_bench_bundle_runner_names_a_missing_bundle(tmp_path):
+    from codl_tvm.commands.artifact import bundle_main
     from codl_tvm.planner import bundle
 
     with pytest.raises(FileNotFoundError, match="not a bench bundle"):
         bundle.run(tmp_path, tmp_path / "rows.json")
-    assert bundle.main([str(tmp_path), "-o", str(tmp_path / "rows.json")]) == 1
+    assert bundle_main([str(tmp_path), "-o", str(tmp_path / "rows.json")]) == 1
     assert not (tmp_path / "rows.json").exists()

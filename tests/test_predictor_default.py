@@ -19,7 +19,7 @@ from codl_tvm.predictor import (
 from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.blocking import gpu_gemm, terms
 from codl_tvm.predictor.machine import reference
-from codl_tvm.profiler import read_samples
+from codl_tvm.profiler import machine_facts, read_samples
 
 SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
 
@@ -67,7 +67,8 @@ def _same_model(a, b, path: str = "model") -> None:
 
 
 def test_shipped_is_what_training_gives(shipped, rows):
-    again = train(SAMPLES, kind="codl")
+    # as `codl-tvm train SAMPLES` trains it: with the machine facts beside the file, if any
+    again = train(rows, kind="codl", machine=machine_facts.beside(SAMPLES), source=SAMPLES)
     _same_model(again.to_json()["model"], shipped.to_json()["model"])
     assert again.trained_on_ == shipped.trained_on_
 

@@ -108,7 +108,8 @@ def test_training_takes_the_facts_beside_the_samples_and_the_file_keeps_them(row
     shutil.copy(SAMPLES, samples)
     machine_facts.write(samples, FACTS_DETECTED)
     with pytest.warns(MachineFactWarning, match="max_threads"):
-        pred = train(samples, kind="codl", output=tmp_path / "p.json", cpu_stream_bytes=0)
+        pred = train(read_samples(samples), kind="codl", output=tmp_path / "p.json",
+                     machine=machine_facts.beside(samples), source=samples, cpu_stream_bytes=0)
     assert {k: getattr(pred.machine_, k) for k in AS_MACHINE} == AS_MACHINE
     stored = json.loads((tmp_path / "p.json").read_text())["model"]["machine"]
     assert stored["eltwise_unroll_add"] == 30 and stored["pad_gather_identity_w"] == [9, 20]

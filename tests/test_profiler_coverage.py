@@ -60,3 +60,19 @@ def test_workloads_and_restricted_kinds_are_measured_as_asked(tmp_path, x86_cuda
     kinds = ["pool_max"]
     assert len(make_jobs(quick=True, kinds=kinds, pair=x86_cuda)) == len(
         make_jobs(quick=True, kinds=kinds))
+
+
+def test_modules_are_measured_in_chunks_that_bound_the_tensors_held(x86_cuda):
+    """A VM keeps the last inputs and outputs it ran with, so a profile loads and measures a
+    chunk of modules at a time; each chunk mixes the roles, as the rounds interleave them."""
+    from codl_tvm.profiler.measure import chunk_batches, job_bytes, plan_batches
+
+    batches = plan_batches(make_jobs(quick=False, n_specs=60), batch_size=24)
+    budget = 256 << 20
+    chunks = chunk_batches(batches, budget)
+    assert sorted(n for c in chunks for n in c) == list(range(len(batches)))
+    for chunk in chunks:
+        sizes = [sum(job_bytes(j) for j in batches[n][1]) for n in chunk]
+        assert sum(sizes) <= budget or len(chunk) == 1
+    assert {batches[n][0] for n in chunks[0]} == {None, "gpu", "cpu"}
+    assert len(chunks) > 1

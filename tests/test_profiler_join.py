@@ -1,4 +1,4 @@
-"""``python -m codl_tvm.profiler join``: bundles built for one pair, measured as one run.
+"""``codl-tvm profile-join``: bundles built for one pair, measured as one run.
 
 New shapes and control rows of a samples file measured in one interleaved run give the
 lease's speed at the very time the new shapes ran (the H100 guest's CPU drifted 6% between
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from codl_tvm.cli import main as codl_main
 from codl_tvm.device import DevicePair
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.profiler import read_samples, space
-from codl_tvm.profiler.__main__ import main as profiler_main
 from codl_tvm.profiler.bundle import build_bundle, join_bundles
 
 RUNNER = Path(__file__).parents[1] / "codl_tvm" / "profiler" / "bundle_runner.py"
@@ -72,14 +72,12 @@ def test_join_refuses_other_pairs_duplicates_and_non_bundles(bundles, tmp_path, 
     with pytest.raises(ValueError, match="not a profiling bundle"):
         join_bundles([new, tmp_path], tmp_path / "none")
     assert not (tmp_path / "dup").exists() and not (tmp_path / "mixed").exists()
-    assert profiler_main(["join", str(new), str(other), "-o", str(tmp_path / "cli")]) == 1
+    assert codl_main(["profile-join", str(new), str(other), "-o", str(tmp_path / "cli")]) == 1
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "join: error:" in err and "differ in 'pair'" in err
 
 
 def test_codl_tvm_profile_join_writes_the_joined_bundle(bundles, tmp_path, capsys) -> None:
-    from codl_tvm.cli import main as codl_main
-
     new, ctl, n_new, n_ctl = bundles
     assert codl_main(["profile-join", str(new), str(ctl), "-o", str(tmp_path / "j")]) == 0
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -212,7 +212,7 @@ def test_noise_twins_compare_rows_that_measured_one_sub_op(other_us, twins10):
 
 
 def test_resummarize_rewrites_latency_from_the_visits(tmp_path):
-    from codl_tvm.profiler.__main__ import main
+    from codl_tvm.cli import main
 
     rows = _rows(2)
     rows[0].update(latency_us=12.0, round_us="10.0;12.0;14.0", rounds=3)
@@ -224,7 +224,7 @@ def test_resummarize_rewrites_latency_from_the_visits(tmp_path):
         w = csv.DictWriter(fh, list(rows[0]), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    assert main(["resummarize", str(src), "-o", str(tmp_path / "new.csv")]) == 0
+    assert main(["profile-resummarize", str(src), "-o", str(tmp_path / "new.csv")]) == 0
     back = read_samples(tmp_path / "new.csv")
     assert back[0]["latency_us"] == 10.0 and back[0]["round_us"] == [10.0, 12.0, 14.0]
     assert back[1]["latency_us"] == 7.0
@@ -245,15 +245,15 @@ def test_noise_command_reports_one_models_rows(capsys):
     model the file does not hold is one clear error."""
     import json
 
+    from codl_tvm.cli import main
     from codl_tvm.predictor import DATA_DIR
-    from codl_tvm.profiler.__main__ import main
 
     samples = DATA_DIR / "samples-x86-cuda-h100.csv"
-    assert main(["noise", str(samples), "--model", "YOLO-V2", "--json"]) == 0
+    assert main(["profile-noise", str(samples), "--model", "YOLO-V2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     mine = [r for r in read_samples(samples) if r["model"] == "YOLO-V2"]
     assert got == json.loads(json.dumps(noise_rows(mine)))
     assert got != json.loads(json.dumps(noise_rows(read_samples(samples))))
-    assert main(["noise", str(samples), "--model", "NOPE"]) == 1
+    assert main(["profile-noise", str(samples), "--model", "NOPE"]) == 1
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "noise: error:" in err and "no rows of model NOPE" in err

@@ -217,7 +217,7 @@ def test_make_jobs_adds_a_stratum_on_request(name):
 
 @pytest.mark.parametrize("flag", [f"--{name}" for name in space.STRATA])
 def test_profile_cli_refuses_a_negative_stratum_count(capsys, flag):
-    from codl_tvm.profiler.__main__ import main
+    from codl_tvm.cli import main
 
     with pytest.raises(SystemExit) as err:
         main(["profile", flag, "-3", "-o", "x.csv"])

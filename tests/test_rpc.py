@@ -351,3 +351,22 @@ def test_an_rpc_profile_takes_the_servers_cpu_facts(server, stock_server):
     local = machine_facts.detect(None)
     assert facts["cpu_logical"] == local["cpu_logical"] and facts["cpu_model"] == local["cpu_model"]
     assert Session(rpc=stock_server).remote_cpu_facts() == {}
+
+
+def test_cli_rpc_server_spawned_sessions_set_themselves_up(work, artifact):
+    """Regression: ``codl-tvm rpc-server`` (the console script, not ``-m``) spawned sessions
+    that imported the script as their main module and never registered the helpers."""
+    port_file = work / "cli-spawned.port"
+    script = ("import sys; from codl_tvm.cli import main; "
+              "sys.argv[0] = 'codl-tvm'; sys.exit(main())")  # what the console script runs
+    proc = _spawn(["-c", script, "rpc-server", "--spawn", "--port", str(_free_port()),
+                   "--port-file", str(port_file)], work, "cli-spawned")
+    try:
+        address = f"127.0.0.1:{_wait_port_file(port_file, proc)}"
+        inputs, expected = _local(artifact, seed=8)
+        with rpc.load_remote(rpc.connect(rpc=address), artifact) as runner:
+            assert runner.mode == "helpers"
+            for out, ref in zip(runner.run(inputs), expected, strict=True):
+                np.testing.assert_array_equal(out, ref)
+    finally:
+        _stop(proc)

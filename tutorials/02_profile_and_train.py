@@ -26,7 +26,7 @@ from codl_tvm.explain import model_op_specs, op_spec
 # import the function before the submodule of the same name shadows it on the package
 from codl_tvm.predictor import report as accuracy_report
 from codl_tvm.predictor.accuracy import format_table
-from codl_tvm.profiler import space
+from codl_tvm.profiler import machine_facts, space
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--pair", default="cpu-pair")
@@ -56,14 +56,17 @@ print(f"measured {counts['measured']} samples into {samples}")
 
 # %%
 # Train CoDL's predictor (Eq. 3: blocking counts times a learned per-block time, and linear
-# sharing costs) and save it: a small JSON file, never a pickle.
-pred = predictor.train(samples, kind="codl", output=out / "predictor.json")
+# sharing costs) on the sample rows and the machine facts the profiler wrote beside them,
+# and save it: a small JSON file, never a pickle.
+rows = profiler.read_samples(samples)
+pred = predictor.train(rows, kind="codl", output=out / "predictor.json",
+                       machine=machine_facts.beside(samples), source=samples)
 print(f"predictor: {pred.kind} for {pred.pair_}, {pred.size_bytes} bytes")
 
 # %%
 # How good is it? The report gives the share of predictions within 10% and the mean error,
 # per processor and op kind. (Here on its own training samples; hold some out in real use.)
-print(format_table(accuracy_report(pred, samples)))
+print(format_table(accuracy_report(pred, rows)))
 
 # %%
 # Predict one op split 60/40 on output rows: each part's time, the sharing, and the total.

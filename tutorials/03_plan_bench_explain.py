@@ -27,7 +27,7 @@ import codl_tvm
 from codl_tvm import predictor, profiler, zoo
 from codl_tvm.cli import main as codl_tvm_cli
 from codl_tvm.explain import model_op_specs
-from codl_tvm.profiler import space
+from codl_tvm.profiler import machine_facts, space
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--pair", default="cpu-pair")
@@ -53,7 +53,8 @@ samples, pred = out / "samples.csv", out / "predictor.json"
 specs = model_op_specs(codl_tvm.load_model(onnx_file), args.model)
 jobs = space.compute_jobs(specs, (0.3, 0.6, 1.0))
 profiler.profile(args.pair, samples, jobs=jobs + space.sharing_jobs(4, 1 << 20), progress=False)
-predictor.train(samples, kind="codl", output=pred)
+predictor.train(profiler.read_samples(samples), kind="codl", output=pred,
+                machine=machine_facts.beside(samples), source=samples)
 
 # %%
 # Plan. The ``codl`` strategy searches per-op dims and ratios and chains with the predictor;

@@ -5,7 +5,9 @@ group.
 module                 commands
 =====================  ================================================================
 :mod:`.demo`           ``demo``
-:mod:`.artifact`       ``compile``, ``run``, ``rpc-server``
+:mod:`.artifact`       ``compile``, ``run``, ``rpc-server``; the runtime-only
+                       ``python -m codl_tvm.runtime``, ``.deploy.server`` and
+                       ``.planner.bundle``
 :mod:`.profile`        ``profile``, ``profile-bundle``, ``profile-join``, ``profile-noise``,
                        ``profile-resummarize``
 :mod:`.predictor`      ``train``, ``report``, ``calibrate``
@@ -17,7 +19,8 @@ Each module exposes ``COMMANDS: dict[name, Command]``; :mod:`codl_tvm.cli` assem
 A command's ``run(args) -> int`` calls the library and prints; it raises on user error (the CLI
 turns that into one line on stderr and exit code 1). Nothing here imports TVM at module import
 time (``codl-tvm SUB --help`` stays fast): the library is imported inside ``run``. Library
-packages never import this one.
+modules never import this one, except from the ``if __name__ == "__main__":`` block of a
+``python -m`` entry module, which only dispatches here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,23 @@
 """``codl-tvm compile``, ``codl-tvm run`` (here or on a ``tvm.rpc`` remote) and
-``codl-tvm rpc-server``."""
+``codl-tvm rpc-server``; and the command lines of a machine with only the TVM runtime, where
+:mod:`codl_tvm.cli` cannot import (its other commands reach the compiler):
+
+- ``python -m codl_tvm.runtime ARTIFACT``: ``codl-tvm run`` here (:func:`runtime_main`);
+- ``python -m codl_tvm.deploy.server``: ``codl-tvm rpc-server`` (:func:`server_main`);
+- ``python -m codl_tvm.planner.bundle DIR``: times what ``codl-tvm bench --bundle`` built
+  (:func:`bundle_main`).
+
+Each takes the arguments of its ``codl-tvm`` twin from the same function. This module imports
+nothing beyond :mod:`codl_tvm.outputs` at import time, so those entry modules, which call it
+from their ``__main__`` block, stay runtime-only.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 
 from ..outputs import check_output_file, check_output_folder, write_text
 from . import Command, add_model_arguments, add_pair_arguments, load_model
@@ -73,13 +86,19 @@ def _run_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run(p: argparse.ArgumentParser) -> None:
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """ARTIFACT, ``--inputs``, ``-o``, ``--time`` and ``--repeat``: ``codl-tvm run`` and
+    ``python -m codl_tvm.runtime``."""
     p.add_argument("artifact")
     p.add_argument("--inputs", help=".npz keyed by input name (random when omitted)")
     p.add_argument("-o", "--output",
                    help="write outputs to this .npz, keyed by the model's output names")
     p.add_argument("--time", action="store_true", help="also print the median latency")
     p.add_argument("--repeat", type=int, default=20)
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
     add_rpc_arguments(p)
 
 
@@ -106,18 +125,29 @@ def _run_remote(args: argparse.Namespace) -> int:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    from .. import runtime
+    if args.rpc or args.rpc_tracker:
+        _check_run_output(args)
+        return _run_remote(args)
+    return _run_here(args)
 
+
+def _check_run_output(args: argparse.Namespace) -> None:
     if args.output:  # before any work: the outputs may not overwrite the inputs
         check_output_file(args.output, [args.inputs] if args.inputs else [])
-    if args.rpc or args.rpc_tracker:
-        return _run_remote(args)
+
+
+def _run_here(args: argparse.Namespace) -> int:
+    from .. import runtime
+
+    _check_run_output(args)
     runtime.run_and_report(runtime.load(args.artifact), args.inputs, args.output, args.time,
                            args.repeat)
     return 0
 
 
-def _add_server(p: argparse.ArgumentParser) -> None:
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """``--host``, ``--port`` ... ``--spawn``: ``codl-tvm rpc-server`` and
+    ``python -m codl_tvm.deploy.server``."""
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default %(default)s; 0.0.0.0 exposes a server "
                         "that runs any code a client sends)")
@@ -126,12 +156,17 @@ def _add_server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracker", metavar="HOST:PORT", help="register with this tracker")
     p.add_argument("--key", default="", help="device key announced to the tracker")
     p.add_argument("--port-file", help="write the bound port here once listening")
+    # not --verbose: codl-tvm's own --verbose (tracebacks) shares the namespace
+    p.add_argument("--log-sessions", action="store_true", help="TVM's per-session log lines")
+    p.add_argument("--spawn", action="store_true", default=None,
+                   help="spawn each session (default: only where a CUDA driver is present)")
 
 
 def _run_server(args: argparse.Namespace) -> int:
     from ..deploy import server
 
-    state = server.start(args.host, args.port, args.port_end, args.tracker, args.key)
+    state = server.start(args.host, args.port, args.port_end, args.tracker, args.key,
+                         silent=not args.log_sessions, spawn=args.spawn)
     print(f"codl-tvm rpc server listening on {args.host}:{state.port}", flush=True)
     if args.port_file:
         write_text(args.port_file, str(state.port))
@@ -139,10 +174,72 @@ def _run_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bundle(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", nargs="?", help="folder written by codl-tvm bench --bundle")
+    p.add_argument("-o", "--output", default="bench-results.json")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--deadline-s", type=float, default=1e9)
+    p.add_argument("--jobs", type=int, default=1, help="processes warming the CUDA kernels")
+    p.add_argument("--models", help="comma-separated subset of the bundle's models")
+    # the warming processes of codl_tvm.planner.bundle.warm_artifacts
+    p.add_argument("--warm", nargs="+", metavar="ARTIFACT", help=argparse.SUPPRESS)
+
+
+def _run_bundle(args: argparse.Namespace) -> int:
+    from ..planner import bundle
+
+    if args.warm:
+        bundle.load_artifacts(args.warm)
+        return 0
+    if not args.bundle:
+        raise ValueError("the bundle folder is required")
+    bundle.run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
+               args.models.split(",") if args.models else None)
+    return 0
+
+
+def _runtime_only_main(prog: str, description: str,
+                       add_arguments: Callable[[argparse.ArgumentParser], None],
+                       run: Callable[[argparse.Namespace], int],
+                       argv: list[str] | None) -> int:
+    """Parse ``argv`` and run; a user error is one line on stderr and exit 1 (as
+    :func:`codl_tvm.cli.main`, which a runtime-only process cannot import)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (OSError, KeyError, ValueError, RuntimeError) as err:
+        text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        print(f"{prog}: error: {text}", file=sys.stderr)
+        return 1
+
+
+def runtime_main(argv: list[str] | None = None) -> int:
+    """``python -m codl_tvm.runtime ARTIFACT [--inputs x.npz] [-o out.npz] [--time]``."""
+    return _runtime_only_main("python -m codl_tvm.runtime",
+                              "run a compiled codl-tvm artifact with only the TVM runtime",
+                              add_run_arguments, _run_here, argv)
+
+
+def server_main(argv: list[str] | None = None) -> int:
+    """``python -m codl_tvm.deploy.server [--host H] [--port P] [--tracker H:P --key K]``."""
+    return _runtime_only_main("python -m codl_tvm.deploy.server",
+                              "a TVM RPC server that co-executes codl-tvm artifacts "
+                              "(runtime-only capable)", add_server_arguments, _run_server, argv)
+
+
+def bundle_main(argv: list[str] | None = None) -> int:
+    """``python -m codl_tvm.planner.bundle DIR -o results.json [--rounds N] [--jobs N]``."""
+    return _runtime_only_main("python -m codl_tvm.planner.bundle",
+                              "time an offline bench bundle (runtime-only)", _add_bundle,
+                              _run_bundle, argv)
+
+
 COMMANDS = {
     "compile": Command("compile a model into an artifact folder", _add_compile, _run_compile),
     "run": Command("run a compiled artifact", _add_run, _run_run),
     "rpc-server": Command("serve codl-tvm artifacts over tvm.rpc (runtime-only capable; on a "
                           "device without codl-tvm's CLI: python -m codl_tvm.deploy.server)",
-                          _add_server, _run_server),
+                          add_server_arguments, _run_server),
 }

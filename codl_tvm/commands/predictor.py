@@ -19,14 +19,16 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     from ..predictor import train
     from ..predictor.accuracy import few_sample_kernels, format_kernel_table, kernel_rows
-    from ..profiler import read_samples
+    from ..profiler import machine_facts, read_samples
 
     check_output_file(args.output, [args.samples])  # before fitting
-    p = train(args.samples, kind=args.kind, output=args.output)
+    rows = read_samples(args.samples)
+    p = train(rows, kind=args.kind, output=args.output, machine=machine_facts.beside(args.samples),
+              source=args.samples)
     print(json.dumps({"kind": p.kind, "pair": p.pair_, "size_bytes": p.size_bytes,
                       "output": args.output}))  # fmt: skip
     # stdout stays the one JSON line; the in-sample fit per kernel and its warnings go to stderr
-    kernels = kernel_rows(p, read_samples(args.samples, pair=p.pair_))
+    kernels = kernel_rows(p, rows)
     print(f"in-sample accuracy per kernel:\n{format_kernel_table(kernels)}", file=sys.stderr)
     for message in few_sample_kernels(kernels):
         print(f"warning: {message}", file=sys.stderr)
@@ -41,12 +43,13 @@ def _add_report(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from ..predictor import report
+    from ..predictor import load, report
     from ..predictor.accuracy import format_kernel_table, format_table
     from ..profiler import read_samples
     from ..profiler.noise import format_noise, noise_rows
 
-    rep = report(args.predictor, args.samples)
+    pred = load(args.predictor)
+    rep = report(pred, read_samples(args.samples, pair=pred.pair_))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0

@@ -7,6 +7,8 @@ CUDA setup of :func:`codl_tvm.runtime.enable_cuda`. Runs with only the TVM runti
     TVM_USE_RUNTIME_LIB=1 python -m codl_tvm.deploy.server --host 127.0.0.1 --port 9090
     ... --tracker HOST:PORT --key KEY      # register with a tracker instead of direct use
 
+(the arguments of ``codl-tvm rpc-server``: :func:`codl_tvm.commands.artifact.server_main`).
+
 It listens on 127.0.0.1 unless told otherwise: a TVM RPC server runs any code a client sends.
 Sessions are served one at a time, each in its own process: forked (TVM's behaviour), or
 spawned where a CUDA driver is present (``--spawn`` forces it).
@@ -14,7 +16,7 @@ spawned where a CUDA driver is present (``--spawn`` forces it).
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import multiprocessing
 import sys
 from pathlib import Path
@@ -38,6 +40,7 @@ def start(host: str = "127.0.0.1", port: int = 9090, port_end: int | None = None
     spawn = _cuda_driver() if spawn is None else spawn
     if spawn:
         multiprocessing.set_start_method("spawn", force=True)
+        _sessions_import_this_module()
     rpc_helpers.register()
     tracker_addr = parse_address(tracker, "--tracker") if tracker else None
     if tracker_addr and not key:
@@ -45,6 +48,16 @@ def start(host: str = "127.0.0.1", port: int = 9090, port_end: int | None = None
     port_end = port_end if port_end is not None else port + 100
     return PopenRPCServerState(host, port, port_end, False, tracker_addr, key, None, None,
                                silent)
+
+
+def _sessions_import_this_module() -> None:
+    """A spawned session imports its parent's main module as ``__mp_main__``; make that this
+    module, whose import sets the session up (below), whatever the parent ran: under
+    ``codl-tvm rpc-server`` the main module is the console script, and sessions came up
+    without the helpers."""
+    main = sys.modules["__main__"]
+    if getattr(getattr(main, "__spec__", None), "name", None) != "codl_tvm.deploy.server":
+        main.__spec__ = importlib.util.find_spec("codl_tvm.deploy.server")
 
 
 def _cuda_driver() -> bool:
@@ -76,33 +89,7 @@ if __name__ == "__mp_main__":
     _session_setup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m codl_tvm.deploy.server", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9090)
-    parser.add_argument("--port-end", type=int, help="try ports up to this one (default PORT+100)")
-    parser.add_argument("--tracker", help="HOST:PORT of a tvm.rpc tracker to register with")
-    parser.add_argument("--key", default="", help="device key announced to the tracker")
-    parser.add_argument("--port-file", help="write the bound port to this file once listening")
-    parser.add_argument("--verbose", action="store_true", help="TVM's per-session log lines")
-    parser.add_argument("--spawn", action="store_true", default=None,
-                        help="spawn each session (default: only where a CUDA driver is present)")
-    args = parser.parse_args(argv)
-    try:
-        state = start(args.host, args.port, args.port_end, args.tracker, args.key,
-                      silent=not args.verbose, spawn=args.spawn)
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(f"codl-tvm rpc server listening on {args.host}:{state.port}", flush=True)
-    if args.port_file:
-        tmp = Path(args.port_file + ".tmp")
-        tmp.write_text(str(state.port))
-        tmp.replace(args.port_file)
-    state.thread.join()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from codl_tvm.commands.artifact import server_main
+
+    sys.exit(server_main())

@@ -21,8 +21,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..device import DevicePair, vdevice_index
 from ..graph import AnchorOp, entry_function, find_anchors
 from ..plan import Plan
-from .split_rules import RULES, slice_const
-from .unit_geometry import ROLE_ORDER, h_parts, oc_parts
+from ..split_rules import RULES, slice_const
+from ..unit_geometry import ROLE_ORDER, h_parts, oc_parts
 from .units import Unit, _resolve, build_units
 
 

@@ -6,8 +6,8 @@ import warnings
 
 from ..graph import AnchorOp
 from ..plan import Plan, PlanError
-from .split_rules import Unsplittable
-from .unit_geometry import ROLE_ORDER, h_parts, oc_parts, whole_role
+from ..split_rules import Unsplittable
+from ..unit_geometry import ROLE_ORDER, h_parts, oc_parts, whole_role
 
 __all__ = ["ROLE_ORDER", "Unit", "build_units", "resolve_unit"]
 

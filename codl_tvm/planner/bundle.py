@@ -4,7 +4,8 @@ Build (full TVM, this machine)::
 
     codl-tvm bench MODEL --pair x86-cuda --arch sm_90 --bundle DIR
 
-Run (the target; ``TVM_USE_RUNTIME_LIB=1`` works, only numpy and the TVM runtime are needed)::
+Run (the target; ``TVM_USE_RUNTIME_LIB=1`` works, only numpy and the TVM runtime are needed;
+arguments: :func:`codl_tvm.commands.artifact.bundle_main`)::
 
     python -m codl_tvm.planner.bundle DIR -o results.json [--rounds 15] [--jobs 8]
 
@@ -18,7 +19,6 @@ process and writes the same rows as ``codl-tvm bench --json``, keyed by model.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -147,33 +147,15 @@ def warm_artifacts(artifacts: list[Path], jobs: int) -> None:
         raise RuntimeError("loading an artifact of the bundle failed (see the messages above)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m codl_tvm.planner.bundle",
-                                description="time an offline bench bundle (runtime-only)")
-    p.add_argument("bundle", nargs="?", help="folder written by codl-tvm bench --bundle")
-    p.add_argument("-o", "--output", default="bench-results.json")
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--deadline-s", type=float, default=1e9)
-    p.add_argument("--jobs", type=int, default=1, help="processes warming the CUDA kernels")
-    p.add_argument("--models", help="comma-separated subset of the bundle's models")
-    p.add_argument("--warm", nargs="+", metavar="ARTIFACT", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.warm:
-        from .. import runtime
+def load_artifacts(artifacts: list[str]) -> None:
+    """Load each artifact once: a process of :func:`warm_artifacts`."""
+    from .. import runtime
 
-        for path in args.warm:
-            runtime.load(path)
-        return 0
-    if not args.bundle:
-        p.error("the bundle folder is required")
-    try:
-        run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
-            args.models.split(",") if args.models else None)
-    except (OSError, KeyError, ValueError, RuntimeError) as err:  # one line, not a traceback
-        print(f"{p.prog}: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    for path in artifacts:
+        runtime.load(path)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from codl_tvm.commands.artifact import bundle_main
+
+    sys.exit(bundle_main())

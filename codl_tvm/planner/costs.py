@@ -275,7 +275,7 @@ class MeasuredCosts(CostSourceBase):
 
     def _time(self, spec: OpSpec, how: tuple) -> float:
         if (spec, how) not in self._timed:
-            from ..explain import time_single_op
+            from ..single_op import time_single_op
 
             self._timed[(spec, how)] = time_single_op(self.pair, spec, how, self.repeat)
         return self._timed[(spec, how)]

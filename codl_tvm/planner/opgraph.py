@@ -17,9 +17,9 @@ from tvm import relax
 
 from ..graph import AnchorOp, count_uses, entry_function, find_anchors, fingerprint
 from ..passes.fuse_epilogues import fusable_kernels
-from ..passes.split_rules import RULES
-from ..passes.unit_geometry import split_extent
 from ..predictor.opspec import OpSpec, conv_kind
+from ..split_rules import RULES
+from ..unit_geometry import split_extent
 from .glue import GlueOp, is_elementwise, priced_shape, takes_epilogue
 from .nodes import BYTES_PER_ELEM, OpNode
 

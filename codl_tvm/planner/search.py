@@ -7,7 +7,7 @@ back, and the GPU launches before the CPU computes, so a unit costs
 ``share_us + max(sum of CPU sub-ops, sum of GPU sub-ops)``; data is shared only at the unit's
 ends. Where copies overlap kernels (CUDA), the copies count on the CPU's side instead
 (:class:`UnitCost`). Row parts grow backwards through the chain by each op's window (Eq. 1),
-exactly as :func:`codl_tvm.passes.unit_geometry.h_parts` cuts them.
+exactly as :func:`codl_tvm.unit_geometry.h_parts` cuts them.
 """
 
 from __future__ import annotations

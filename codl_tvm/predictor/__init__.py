@@ -2,9 +2,12 @@
 
 Kinds: ``codl`` (Eq. 3 blocking counts x learned basic-unit time + sharing costs), ``flops``
 (muLayer), ``eop`` (VEE'22 patterns), ``gbdt`` (boosted trees, comparator). All are
-scikit-learn estimators fitted on profiler sample rows, saved as plain JSON.
+scikit-learn estimators fitted on profiler sample rows, saved as plain JSON. The rows come from
+:func:`codl_tvm.profiler.read_samples`: the profiler owns the samples file and imports this
+package (its op specs), so this package imports nothing of the profiler.
 
->>> p = train("samples.csv", kind="codl")            # doctest: +SKIP
+>>> from codl_tvm.profiler import read_samples  # doctest: +SKIP
+>>> p = train(read_samples("samples.csv"), kind="codl")  # doctest: +SKIP
 >>> p.save("predictor.json"); p = load("predictor.json")  # doctest: +SKIP
 >>> op = OpSpec("conv2d", 56, 56, 64, 64, 3, 3, pad=(1, 1, 1, 1))
 >>> p.predict_op(op, "H", 0.7)  # doctest: +SKIP
@@ -57,64 +60,61 @@ def make(kind: str, **params: Any) -> BasePredictor:
     return kinds[kind](**params)
 
 
-def _rows(samples: str | Path | Sequence[dict[str, Any]], pair: str | None) -> list[dict]:
-    from codl_tvm.profiler.schema import read_samples
-
-    if isinstance(samples, (str, Path)):
-        return read_samples(samples, pair=pair)
-    return list(samples)
-
-
 def train(
-    samples: str | Path | Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]],
     kind: str = "codl",
     output: str | Path | None = None,
-    pair: str | None = None,
-    machine: dict[str, Any] | str | Path | None = None,
+    machine: dict[str, Any] | None = None,
+    source: str | Path | None = None,
     **params: Any,
 ) -> BasePredictor:
-    """Fit a predictor of ``kind`` on a samples CSV (or rows); save it when ``output`` is given.
+    """Fit a predictor of ``kind`` on sample rows; save it when ``output`` is given.
 
-    ``machine``: facts of the machine the samples were profiled on (a dict, or a path to a
-    ``SAMPLES.machine.json``); default: the ``SAMPLES.machine.json`` beside a samples CSV, if
-    any (the profiler writes it there)."""
-    rows = _rows(samples, pair)
-    predictor = make(kind, **params).fit(rows, machine=_machine_facts(samples, machine))
-    if isinstance(samples, (str, Path)):  # provenance travels in the JSON file
+    Parameters
+    ----------
+    samples : list of dict
+        Sample rows of one device pair (:func:`codl_tvm.profiler.read_samples` reads a
+        samples CSV).
+    kind : str
+        One of :data:`KINDS`.
+    output : path, optional
+        Predictor JSON to write.
+    machine : dict, optional
+        Facts of the machine the samples were profiled on
+        (:func:`codl_tvm.profiler.machine_facts.beside` reads those the profiler wrote beside
+        a samples CSV).
+    source : path, optional
+        The samples file the rows came from: its name is stored in the predictor
+        (``trained_on``) and ``output`` may not overwrite it.
+    **params
+        Estimator parameters of ``kind``.
+    """
+    rows = list(samples)
+    predictor = make(kind, **params).fit(rows, machine=machine)
+    if source is not None:  # provenance travels in the JSON file
         # the command is not stored: kind and samples give it (``train_command``; 2 KB files)
-        predictor.trained_on_ = {"samples": Path(samples).name, "rows": len(rows)}
+        predictor.trained_on_ = {"samples": Path(source).name, "rows": len(rows)}
     if output is not None:
-        predictor.save(output, inputs=(samples,) if isinstance(samples, (str, Path)) else ())
+        predictor.save(output, inputs=(source,) if source is not None else ())
     return predictor
-
-
-def _machine_facts(samples: Any, machine: dict[str, Any] | str | Path | None
-                   ) -> dict[str, Any] | None:
-    from codl_tvm.profiler import machine_facts
-
-    if isinstance(machine, (str, Path)):
-        return machine_facts.read(machine)
-    if machine is None and isinstance(samples, (str, Path)):
-        beside = machine_facts.facts_path(samples)
-        return machine_facts.read(beside) if beside.is_file() else None
-    return machine
 
 
 def report(
     predictor: str | Path | BasePredictor,
-    samples: str | Path | Sequence[dict[str, Any]],
+    samples: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     """Accuracy (+-10%, MAPE) per processor and op kind and per kernel, size and prediction time.
 
-    Samples of another device pair than the predictor's are refused. The dict's ``rows`` score
-    each (processor, op kind), its ``kernels`` each (processor, op kind, algorithm) of the
-    samples (:func:`codl_tvm.predictor.accuracy.kernel_rows`).
+    ``samples`` are rows of the predictor's device pair (``read_samples(path, pair=...)``
+    refuses another pair's). The dict's ``rows`` score each (processor, op kind), its
+    ``kernels`` each (processor, op kind, algorithm) of the samples
+    (:func:`codl_tvm.predictor.accuracy.kernel_rows`).
     """
     from codl_tvm.predictor.accuracy import report as _report
     from codl_tvm.predictor.base import load
 
     pred = load(predictor) if isinstance(predictor, (str, Path)) else predictor
-    return _report(pred, _rows(samples, pred.pair_))
+    return _report(pred, list(samples))
 
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"

@@ -1,15 +1,14 @@
 """``python -m codl_tvm.predictor train|report|calibrate``: the same commands as ``codl-tvm
-train|report|calibrate`` (:mod:`codl_tvm.commands.predictor`)."""
+train|report|calibrate`` (:mod:`codl_tvm.commands.predictor`).
 
-import sys
-
-from codl_tvm.cli import main as cli_main
-from codl_tvm.commands.predictor import MODULE_COMMANDS
-
-
-def main(argv: list[str] | None = None) -> int:
-    return cli_main(argv, prog="python -m codl_tvm.predictor", commands=MODULE_COMMANDS)
-
+Only an entry point: the command line lives in :mod:`codl_tvm.cli`, which the predictor's
+library modules never import.
+"""
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import sys
+
+    from codl_tvm.cli import main
+    from codl_tvm.commands.predictor import MODULE_COMMANDS
+
+    sys.exit(main(prog="python -m codl_tvm.predictor", commands=MODULE_COMMANDS))

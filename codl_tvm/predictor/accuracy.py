@@ -141,7 +141,7 @@ def few_sample_kernels(
         f"sample{'' if k['n'] == 1 else 's'} (< {min_samples}): its predictions rest on few "
         "measurements; profile more shapes that run it"
         for k in kernels
-        if k["n"] < min_samples
+        if k["n"] < min_samples and k["op"] != "sync"  # one probe of no size: not a model
     ]
 
 

@@ -122,7 +122,7 @@ def spec_parts(specs: list[OpSpec], dim: str, ratio: float) -> dict[str, list[Op
     """Per role, the sub-op of every op of a unit (batch 1) split on ``dim`` at ``ratio``;
     None when one side gets nothing or a part cannot work (the planner's
     :func:`~codl_tvm.planner.search.unit_parts`, and ``explain``'s)."""
-    if dim == "H":  # the cut of the partition pass (passes.unit_geometry.h_parts)
+    if dim == "H":  # the cut of the partition pass (unit_geometry.h_parts)
         ops = [(s.window_h, s.H) for s in specs]
         rows = chain_row_parts(ops, specs[-1].out_h, ratio)
         if rows is None:

@@ -21,7 +21,8 @@ from codl_tvm.profiler.schema import COLUMNS, SampleError, read_samples
 __all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
 
 # min_flops keeps kernels above the VM's call overhead (~1 us), where timing is all noise
-QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e8, "min_flops": 1e5, "n_sizes": 8}
+# n_sizes: every sharing op gets as many sizes as coverage.MIN_PER_MODEL gives a kernel
+QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e8, "min_flops": 1e5, "n_sizes": 12}
 FULL = {"n_specs": 400, "grid": "full", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 
 

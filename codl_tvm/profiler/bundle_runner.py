@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import subprocess
@@ -36,6 +35,7 @@ if __package__:
     from codl_tvm.profiler import machine_facts
     from codl_tvm.profiler.cpu_pool import pair_threads, use_cpu_threads
     from codl_tvm.profiler.host_memory import copy_tensors
+    from codl_tvm.profiler.nvcc import compile_cuda
     from codl_tvm.profiler.rounds import (
         Item,
         Protocol,
@@ -49,6 +49,7 @@ else:  # run as a file where only runtime-only TVM exists: the sibling modules
     import machine_facts  # type: ignore
     from cpu_pool import pair_threads, use_cpu_threads  # type: ignore
     from host_memory import copy_tensors  # type: ignore
+    from nvcc import compile_cuda  # type: ignore
     from rounds import Item, Protocol, RoundBook, interleave, run_rounds, time_copy, time_function  # type: ignore  # type: ignore
 
 MANIFEST_VERSION = 3
@@ -96,29 +97,8 @@ def setup_cuda(arch: str) -> None:
     if lib.exists():
         ctypes.CDLL(str(lib), ctypes.RTLD_GLOBAL)
 
-    def compile_cuda(code: str, *_: Any) -> bytearray:
-        # same disk cache as codl_tvm.runtime: key = sha256(arch, source)
-        cache = os.environ.get("CODL_CUDA_CACHE")
-        key = hashlib.sha256(f"{arch}\n{code}".encode()).hexdigest()
-        cached = Path(cache, f"{key}.fatbin") if cache else None
-        if cached is not None and cached.exists():
-            return bytearray(cached.read_bytes())
-        with tempfile.TemporaryDirectory() as tmp:
-            src, out = Path(tmp, "k.cu"), Path(tmp, "k.fatbin")
-            src.write_text(code)
-            cmd = ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", str(out), str(src)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:  # as codl_tvm.runtime: nvcc's own words, not a bare rc
-                raise RuntimeError(f"nvcc failed on a TVM kernel: {proc.stderr.strip()[-2000:]}")
-            data = out.read_bytes()
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp_file = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp_file.write_bytes(data)
-            os.replace(tmp_file, cached)
-        return bytearray(data)
-
-    tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile",
+                                 lambda code, *_: compile_cuda(code, arch), override=True)
 
 
 def warm_cuda(bundle: Path, man: dict[str, Any], jobs: int) -> None:

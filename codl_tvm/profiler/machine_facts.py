@@ -67,6 +67,12 @@ def write(samples: str | Path, facts: dict[str, Any]) -> Path:
     return path
 
 
+def beside(samples: str | Path) -> dict[str, Any] | None:
+    """The facts the profiler wrote beside ``samples`` (:func:`facts_path`); None without."""
+    path = facts_path(samples)
+    return read(path) if path.is_file() else None
+
+
 def read(path: str | Path) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text())

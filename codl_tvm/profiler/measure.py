@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import itertools
 import json
 import tempfile
 from collections.abc import Sequence
@@ -11,6 +13,7 @@ from typing import Any
 from tqdm import tqdm
 
 from codl_tvm.device import DevicePair
+from codl_tvm.predictor.opspec import BYTES_PER_ELEM
 from codl_tvm.profiler import bundle_runner as br
 from codl_tvm.profiler import codegen_facts, machine_facts, space
 from codl_tvm.profiler.cpu_pool import target_threads, use_cpu_threads
@@ -94,6 +97,21 @@ class Session:
     def device(self, kind: str, index: int) -> Any:
         return br.device(kind, index, self.remote)
 
+    def release_memory(self) -> None:
+        """Hand the runtime's pooled device memory back (TVM's pooled allocators keep every
+        buffer a VM ever freed, one pool per device and process, until cleared)."""
+        import tvm_ffi
+
+        if self.remote is None:
+            clear = tvm_ffi.get_global_func("vm.builtin.memory_manager.clear", allow_missing=True)
+        else:
+            try:
+                clear = self.remote.get_function("vm.builtin.memory_manager.clear")
+            except (AttributeError, RuntimeError):
+                clear = None
+        if clear is not None:
+            clear()
+
     def remote_cpu_facts(self) -> dict[str, Any]:
         """The remote CPU's facts where the server is codl-tvm's (``codl.rpc.machine_facts``);
         none locally or from a plain TVM RPC server."""
@@ -123,11 +141,12 @@ def measure(
 ) -> dict[str, int]:
     """Measure ``jobs`` not yet final in ``output`` with the rounds protocol; returns counts.
 
-    Every module is compiled (and loaded) first; then the kernels are visited in rounds,
-    round-robin over GPU, CPU and copy modules (:func:`codl_tvm.profiler.rounds.run_rounds`).
+    The modules are compiled, loaded and measured a chunk at a time (:func:`chunk_batches`:
+    at most ``MEMORY_BUDGET_BYTES`` of tensors held at once, as a loaded VM keeps its last
+    inputs and outputs); within a chunk the kernels are visited in rounds, round-robin over
+    GPU, CPU and copy modules (:func:`codl_tvm.profiler.rounds.run_rounds`), and the chunk's
+    modules are released before the next one is compiled.
     """
-    from tvm import relax
-
     proto = proto or Protocol()
     session = session or Session()
     if Path(output).exists() and Path(output).stat().st_size > 0:
@@ -144,28 +163,85 @@ def measure(
     todo = [j for j in jobs if not book.final(_job_key(j, pair))]
     use_cpu_threads(target_threads(pair.cpu_spec), session.remote)
     resumed = len(jobs) - len(todo)
-    groups: list[list[Item]] = []
     batches = plan_batches(todo, batch_size)
-    for n, (role, batch) in enumerate(tqdm(batches, desc="compile", disable=not progress)):
-        devs = [session.device(k, i) for k, i in lib_devices(pair, role)]
-        if role is None:  # staged copies: no module
-            local = session.remote is None
-            groups.append([Item(entry_row(e, pair), br.copy_visit(_entry_doc(e), devs, proto,
-                                                                  local), "copies", e.job.flops)
-                           for e in transfer_entries(batch)])  # fmt: skip
-            continue
-        mod, entries = build_role_module(batch, pair, role)
-        lib = session.load(compile_module(mod, pair, role), f"lib{n}")
-        vm = relax.VirtualMachine(lib, devs)
-        groups.append([Item(entry_row(e, pair), _visit(vm, e, role, devs, proto), f"lib{n}",
-                            e.job.flops) for e in entries])  # fmt: skip
-    items = interleave(_by_role(groups, batches))
-    bar = tqdm(total=len(items) * proto.rounds, desc=f"profile {pair.name}",
+    compiling = tqdm(total=len(batches), desc="compile", disable=not progress)
+    bar = tqdm(total=len(todo) * proto.rounds, desc=f"profile {pair.name}",
                disable=not progress, unit="visit")  # fmt: skip
-    counts = run_rounds(items, book, proto, deadline_s=float("inf"),
-                        progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+    measured = 0
+    for chunk in chunk_batches(batches):
+        groups: list[list[Item]] = []
+        for n in chunk:
+            groups.append(_items(n, batches[n], pair, session, proto))
+            compiling.update(1)
+        items = interleave(_by_role(groups, [batches[n] for n in chunk]))
+        base = bar.n
+        counts = run_rounds(items, book, proto, deadline_s=float("inf"),
+                            progress=lambda done, _, b=base: bar.update(b + done - bar.n))
+        measured += counts["measured"]
+        resumed += counts["resumed"]
+        del groups, items  # the chunk's VMs and the tensors they hold go before the next
+        gc.collect()
+        session.release_memory()
+    compiling.close()
     bar.close()
-    return {"measured": counts["measured"], "resumed": resumed + counts["resumed"]}
+    return {"measured": measured, "resumed": resumed}
+
+
+# Tensors the loaded modules of one chunk may hold at once: a VM keeps the last inputs and
+# outputs of every function it ran, so a profile that loaded all its modules before visiting
+# them (628 kernels of the default cpu-pair profile) outgrew a 24 GB machine
+MEMORY_BUDGET_BYTES = 2 << 30
+
+
+def job_bytes(job: Job) -> int:
+    """Bytes a visit of ``job`` leaves in its VM: inputs, weights and outputs (a copy's
+    tensors are made per visit and freed after it: none)."""
+    if job.spec is None:
+        return 0
+    s = job.sub
+    weights = s.OC * s.IC // max(1, s.groups) * s.KH * s.KW * BYTES_PER_ELEM
+    return s.in_bytes + s.out_bytes + weights
+
+
+def chunk_batches(batches: Sequence[Batch], budget: int | None = None) -> list[list[int]]:
+    """The batches' indices in chunks of at most ``budget`` bytes (default
+    :data:`MEMORY_BUDGET_BYTES`; :func:`job_bytes`; a
+    batch larger than the budget is a chunk of its own), the roles taken in turn so that
+    each chunk mixes GPU, CPU and copy modules as the rounds expect."""
+    by_role: dict[str | None, list[int]] = {}
+    for n, (role, _) in enumerate(batches):
+        by_role.setdefault(role, []).append(n)
+    order = [n for turn in itertools.zip_longest(*by_role.values()) for n in turn
+             if n is not None]  # fmt: skip
+    budget = MEMORY_BUDGET_BYTES if budget is None else budget
+    chunks: list[list[int]] = []
+    used = 0
+    for n in order:
+        size = sum(job_bytes(j) for j in batches[n][1])
+        if not chunks or (used + size > budget and chunks[-1]):
+            chunks.append([])
+            used = 0
+        chunks[-1].append(n)
+        used += size
+    return chunks
+
+
+def _items(n: int, batch: Batch, pair: DevicePair, session: Session, proto: Protocol
+           ) -> list[Item]:
+    """The visits of batch ``n``: its module compiled and loaded (copies: none)."""
+    from tvm import relax
+
+    role, jobs = batch
+    devs = [session.device(k, i) for k, i in lib_devices(pair, role)]
+    if role is None:  # staged copies: no module
+        local = session.remote is None
+        return [Item(entry_row(e, pair), br.copy_visit(_entry_doc(e), devs, proto, local),
+                     "copies", e.job.flops) for e in transfer_entries(jobs)]  # fmt: skip
+    mod, entries = build_role_module(jobs, pair, role)
+    lib = session.load(compile_module(mod, pair, role), f"lib{n}")
+    vm = relax.VirtualMachine(lib, devs)
+    return [Item(entry_row(e, pair), _visit(vm, e, role, devs, proto), f"lib{n}", e.job.flops)
+            for e in entries]  # fmt: skip
 
 
 def _job_key(job: Job, pair: DevicePair) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -204,11 +204,3 @@ class SampleWriter:
                 self.done.add(row_key(row))
         return len(rows)
 
-
-def split_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """(compute rows, sharing rows)."""
-    from codl_tvm.predictor.opspec import SHARING_KINDS
-
-    share = [r for r in rows if r["op"] in SHARING_KINDS]
-    comp = [r for r in rows if r["op"] not in SHARING_KINDS]
-    return comp, share

@@ -2,7 +2,8 @@
 
 Each model is built with ``onnx.helper`` from deterministic random weights, checked with
 ``onnx.checker`` (full check), cached as an ONNX file and meant to be loaded through the
-path users take: ``tvm.relax.frontend.onnx.from_onnx``.
+path users take: :func:`codl_tvm.load_model` (TVM's ``from_onnx`` after codl-tvm's ONNX
+folding).
 
 Examples
 --------
@@ -168,16 +169,18 @@ def get(
 
 
 def import_relax(name: str, **kwargs: Any):
-    """Load the cached ONNX file and import it as a user would (weights as constants).
+    """The Relax module of zoo model ``name`` (variant and cache folder as in :func:`get`),
+    imported as a user's ONNX file is.
 
     Returns
     -------
     tvm.IRModule
-        ``tvm.relax.frontend.onnx.from_onnx(model, keep_params_in_input=False)``.
+        :func:`codl_tvm.load_model` of the cached file: weights as constants, the ONNX graph's
+        static shape arithmetic folded, ready for partitioning.
     """
-    from tvm.relax.frontend.onnx import from_onnx
+    from ..frontend import load_model  # the compiler side: building ONNX files needs no TVM
 
-    return from_onnx(onnx.load(get(name, **kwargs)), keep_params_in_input=False)
+    return load_model(get(name, **kwargs))
 
 
 def _inputs(name: str, batch: int, shape: tuple, cfg: dict) -> list[dict[str, Any]]:

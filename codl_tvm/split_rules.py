@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 from tvm.relax import op as rop
 
-from ..geometry import RowPart, Window
+from .geometry import RowPart, Window
 
 
 class Unsplittable(Exception):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..geometry import RowPart, chain_row_parts, split_count
-from ..graph import AnchorOp
+from .geometry import RowPart, chain_row_parts, split_count
+from .graph import AnchorOp
 from .split_rules import RULES, Unsplittable
 
 ROLE_ORDER: tuple[str, str] = ("gpu", "cpu")
