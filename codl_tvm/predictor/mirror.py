@@ -219,7 +219,7 @@ def _per_thread(s: OpSpec, m: Machine) -> int:
 
 
 def _gpu_thin_oc(s: OpSpec, m: Machine) -> Kernel | None:
-    if not is_dense_conv(s) or s.OC > 4:
+    if not is_dense_conv(s) or s.OC > tiling.THIN_OC_MAX:
         return None
     return Kernel("direct", _per_thread(s, m))
 

@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
-from ..tiling import GLOBAL_POOL_MIN_WINDOW
+from ..tiling import GEMV_MAX_ROWS, GLOBAL_POOL_MIN_WINDOW, THIN_OC_MAX
 from ..tiling.dispatch_table import TABLE, TableRow
 from . import (
     conv_transpose,
@@ -61,7 +61,7 @@ def _always(_info: OpInfo, _t: TargetInfo) -> bool:
 
 
 def _thin_oc(info: OpInfo, _t: TargetInfo) -> bool:
-    return info.conv is not None and info.conv.oc <= 4
+    return info.conv is not None and info.conv.oc <= THIN_OC_MAX
 
 
 def _global_pool(info: OpInfo, _t: TargetInfo) -> bool:
@@ -69,7 +69,7 @@ def _global_pool(info: OpInfo, _t: TargetInfo) -> bool:
 
 
 def _small_m(info: OpInfo, _t: TargetInfo) -> bool:
-    return len(info.out_shape) >= 2 and math.prod(info.out_shape[:-1]) <= 4
+    return len(info.out_shape) >= 2 and math.prod(info.out_shape[:-1]) <= GEMV_MAX_ROWS
 
 
 # ---- CPU rules ------------------------------------------------------------------------

@@ -188,3 +188,8 @@ def gpu_winograd_grid(c: Conv, tile: Tile, th: int, tw: int) -> dict[str, int]:
 # block per output) instead of one thread per output: a warp's worth, below which a thread per
 # output loses little
 GLOBAL_POOL_MIN_WINDOW = 32
+# the GPU's one-output-per-thread conv for OC of at most this (RGB outputs), and its GEMV
+# rule for matmuls of at most this many rows (a batch-1 dense): predicates of the dispatch
+# (schedules/dispatch.py) and of the predictor's mirror of it alike
+THIN_OC_MAX = 4
+GEMV_MAX_ROWS = 4
