@@ -275,3 +275,14 @@ def test_chain_kernels_and_sharing_are_the_planners(tiny, predictor):
                           ("share_us", unit.share_us)):
             got = sum(rows[op][key] for op in chain.ops)
             assert got == pytest.approx(want, rel=1e-9), (chain.ops, key)
+
+
+def test_cli_explain_prices_the_cpu_pair_as_the_planner_does():
+    """Regression: ``codl-tvm explain --predictor`` on the cpu-pair drew a split's two parts
+    side by side while the planner priced them one after the other (both roles share the
+    host's cores)."""
+    from codl_tvm.commands.explain import _as_run
+    from codl_tvm.planner.costs import SerialCosts
+
+    costs = _as_run(AnalyticCosts.placeholder(), "cpu-pair", None)
+    assert isinstance(costs, SerialCosts) and not costs.concurrent

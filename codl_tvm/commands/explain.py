@@ -51,8 +51,9 @@ def _costs(args: argparse.Namespace):
 
 
 def _as_run(costs, pair_name: str, arch: str | None):
-    """Predicted costs priced as the pair runs a split: its copies beside its kernels where
-    the GPU is CUDA (:func:`~codl_tvm.planner.api.for_pair`), as the planner does.
+    """Predicted costs priced as the pair runs a split, as the planner does
+    (:func:`~codl_tvm.planner.api.for_pair`): parts one after the other where both roles
+    share the host's cores (the cpu-pair), copies beside kernels where the GPU is CUDA.
     A pair this machine cannot rebuild from its name is priced with one stream."""
     from ..device import DevicePair
     from ..planner.api import for_pair
@@ -64,7 +65,7 @@ def _as_run(costs, pair_name: str, arch: str | None):
             pair = DevicePair.parse(pair_name, arch=arch or "sm_90")
     except ValueError:
         return costs
-    return costs if pair.is_cpu_only else for_pair(costs, pair)
+    return for_pair(costs, pair)
 
 
 def _run(args: argparse.Namespace) -> int:
