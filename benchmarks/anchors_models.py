@@ -1,0 +1,560 @@
+"""Models and weights of ``benchmarks/anchors.py``: one set of seeded weights for all engines.
+
+The carried folder holds no weights. Each model's *source tensors* (``W``: its float tensors of
+at least :data:`MIN_SIZE` elements: the zoo's ONNX initializers, or a torchvision module's
+state) are drawn on the machine that runs the benchmark, from a seed and each tensor's recorded
+mean and standard deviation (:func:`draw`). Every tensor an engine reads (an ONNX initializer of
+the onnxruntime model, a codl-tvm artifact's parameter, a PyTorch state entry) is found at build
+time as a strided view of one source tensor (a copy, reshape, transpose or slice of it:
+:class:`ValueIndex`) and carried as that recipe; smaller tensors that are no view (biases, batch
+norm constants) are carried as values. So codl-tvm, onnxruntime and PyTorch run the same
+weights on the target, and outputs compare. The run side imports only numpy, torch and, where
+present, torchvision.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import platform
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MIN_SIZE = 256  # float tensors with at least this many elements are drawn on the target
+LITERAL_MAX = 1 << 20  # bytes: a larger tensor that is no view of a source is not carried
+
+# name -> where it comes from; "twin": a torchvision module of the same layers (ResNet-18 and
+# MobileNet-V2 of the zoo are torchvision's layout), "replay": the ONNX graph run op by op
+MODELS: dict[str, dict[str, str]] = {
+    "resnet-18": {"zoo": "resnet-18", "torch": "twin", "tv": "resnet18"},
+    "mobilenet-v2": {"zoo": "mobilenet-v2", "torch": "twin", "tv": "mobilenet_v2"},
+    "resnet-50": {"tv": "resnet50", "torch": "torchvision"},
+    "yolo-v2": {"zoo": "yolo-v2", "torch": "replay"},
+    "bert-base": {"zoo": "bert-base", "torch": "replay"},
+    "vit-b-16": {"tv": "vit_b_16", "torch": "torchvision"},
+    "convnext-t": {"tv": "convnext_tiny", "torch": "torchvision"},
+}
+
+
+# ---- source tensors: drawn from a seed, found again in every engine's tensors -------------
+def spec_of(name: str, a: np.ndarray) -> dict[str, Any]:
+    """How to draw a tensor like ``a``: shape, mean, std (constant tensors get some spread)."""
+    mean, std = float(a.mean()), float(a.std())
+    return {"name": name, "shape": list(a.shape), "mean": mean,
+            "std": std if std > 1e-8 else 0.05 * max(abs(mean), 1.0)}
+
+
+def draw(specs: list[dict[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """The source tensors: mean + std * N(0, 1), one generator per tensor."""
+    out = {}
+    for i, s in enumerate(specs):
+        z = np.random.default_rng([seed, i]).standard_normal(s["shape"], dtype=np.float32)
+        out[s["name"]] = (np.float32(s["mean"]) + np.float32(s["std"]) * z).astype(np.float32)
+    return out
+
+
+class ValueIndex:
+    """Find tensors as strided views of the source tensors, by their (random) values."""
+
+    def __init__(self, sources: dict[str, np.ndarray]):
+        self.names = list(sources)
+        self.sizes = np.array([sources[n].size for n in self.names], np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.flat = np.concatenate([sources[n].ravel() for n in self.names]) if sources \
+            else np.zeros(0, np.float32)
+        self.order = np.argsort(self.flat, kind="stable")
+        self.sorted = self.flat[self.order]
+
+    def _where(self, value: float, limit: int = 16) -> np.ndarray:
+        lo = np.searchsorted(self.sorted, value, side="left")
+        hi = np.searchsorted(self.sorted, value, side="right")
+        return self.order[lo:min(hi, lo + limit)]
+
+    def find(self, a: np.ndarray) -> dict[str, Any] | None:
+        """``{"src", "offset", "strides", "shape"}`` with ``a == view(src)``, or None."""
+        if a.dtype != np.float32 or a.size < 2 or not self.flat.size:
+            return None
+        a = np.ascontiguousarray(a)
+        for o in self._where(a.flat[0]):
+            k = int(np.searchsorted(self.starts, o, side="right") - 1)
+            base, size = int(self.starts[k]), int(self.sizes[k])
+            strides = [self._stride(a, ax, int(o), base, size) for ax in range(a.ndim)]
+            if None in strides:
+                continue
+            rec = {"src": self.names[k], "offset": int(o) - base, "strides": strides,
+                   "shape": list(a.shape)}
+            idx = _indices(rec)
+            if idx.min() >= 0 and idx.max() < size and np.array_equal(
+                    self.flat[base + idx], a.ravel()):
+                return rec
+        return None
+
+    def _stride(self, a: np.ndarray, ax: int, o: int, base: int, size: int) -> int | None:
+        n = a.shape[ax]
+        if n == 1:
+            return 0
+        line = a[tuple(slice(None) if i == ax else 0 for i in range(a.ndim))]
+        for q in self._where(line[1]):
+            s = int(q) - o
+            end = o + s * (n - 1)
+            if base <= q < base + size and base <= end < base + size and np.array_equal(
+                    self.flat[o + s * np.arange(n)], line):
+                return s
+        return None
+
+
+def _indices(rec: dict[str, Any]) -> np.ndarray:
+    idx = np.full(rec["shape"], rec["offset"], np.int64)
+    for ax, (n, s) in enumerate(zip(rec["shape"], rec["strides"])):
+        shape = [1] * len(rec["shape"])
+        shape[ax] = n
+        idx = idx + s * np.arange(n, dtype=np.int64).reshape(shape)
+    return idx.ravel()
+
+
+def literal(literals: dict[str, np.ndarray], a: np.ndarray) -> str:
+    """Add ``a`` to ``literals`` under a key of its content (shared by every engine)."""
+    key = hashlib.sha1(a.tobytes() + str((a.shape, a.dtype)).encode()).hexdigest()[:20]
+    literals[key] = a
+    return key
+
+
+def recipes(tensors: dict[str, np.ndarray], index: ValueIndex,
+            literals: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[str]]:
+    """Each tensor as a view recipe, or a literal (added to ``literals``); also the names of
+    large tensors that are neither (drawn at random on the target: outputs then differ)."""
+    out, missing = {}, []
+    for name, a in tensors.items():
+        a = np.asarray(a)
+        rec = index.find(a)
+        if rec is None and a.nbytes > LITERAL_MAX:
+            missing.append(name)
+            rec = {"random": list(a.shape), "dtype": str(a.dtype)}
+        elif rec is None:
+            rec = {"literal": literal(literals, a)}
+        out[name] = rec
+    return out, missing
+
+
+def realize(recs: dict[str, Any], sources: dict[str, np.ndarray],
+            literals: Any) -> dict[str, np.ndarray]:
+    """The tensors of :func:`recipes` from the source tensors drawn here."""
+    out = {}
+    for name, rec in recs.items():
+        if "literal" in rec:
+            out[name] = literals[rec["literal"]]
+        elif "random" in rec:
+            out[name] = (0.05 * np.random.default_rng(0).standard_normal(rec["random"])
+                         ).astype(rec["dtype"])
+        else:
+            src = sources[rec["src"]].ravel()
+            n = int(np.prod(rec["shape"]))
+            dense = list(np.cumprod([1, *rec["shape"][::-1]])[:-1][::-1])
+            if all(s == d for s, d, k in zip(rec["strides"], dense, rec["shape"]) if k > 1):
+                out[name] = src[rec["offset"]:rec["offset"] + n].reshape(rec["shape"])
+            else:
+                out[name] = src[_indices(rec)].reshape(rec["shape"])
+    return out
+
+
+# ---- build side (full TVM, onnx, torchvision) -------------------------------------------
+def source_model(name: str, seed: int, work: Path) -> dict[str, Any]:
+    """The model with its source tensors drawn from ``seed``: ONNX files for onnxruntime and
+    codl-tvm, the source specs, the inputs and, for torchvision models, the module's state."""
+    import onnx
+    from onnx import numpy_helper
+
+    info, path = MODELS[name], work / f"{name}.onnx"
+    if "zoo" in info:
+        from codl_tvm import zoo
+
+        proto = onnx.load(zoo.get(info["zoo"]))
+        inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+        specs = [spec_of(k, a) for k, a in inits.items()
+                 if a.dtype == np.float32 and a.size >= MIN_SIZE]
+        drawn = draw(specs, seed)
+        for t in proto.graph.initializer:
+            if t.name in drawn:
+                t.CopyFrom(numpy_helper.from_array(drawn[t.name], t.name))
+        onnx.save(proto, path)
+        inputs = zoo.info(info["zoo"])["inputs"]
+        state = None
+    else:
+        import torch
+
+        module = torchvision_module(info["tv"])
+        fixed = {f"{n}.{k}" for n, m in module.named_modules()
+                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                 for k in ("weight", "running_mean", "running_var")}
+        state = {k: v.numpy() for k, v in module.state_dict().items()
+                 if v.dtype == torch.float32 and k not in fixed}
+        specs = [spec_of(k, a) for k, a in state.items()]
+        load_state(module, draw(specs, seed))
+        state = {k: v.numpy().copy() for k, v in module.state_dict().items()
+                 if v.dtype == torch.float32}
+        inputs = [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (torch.zeros(1, 3, 224, 224),), str(path), dynamo=False,
+                              opset_version=17, input_names=["input"], output_names=["output"])
+    return {"path": path, "specs": specs, "inputs": inputs, "state": state}
+
+
+def codl_module(path: Path, work: Path) -> tuple[Any, str]:
+    """The Relax module of ``path``; where TVM's importer fails (ViT's attention reshapes
+    computed from shapes), of onnxruntime's basic-level rewrite (constant folding only,
+    standard ONNX ops)."""
+    import onnxruntime as ort
+
+    import codl_tvm
+
+    try:
+        return codl_tvm.load_model(path), "as exported"
+    except codl_tvm.ModelError:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(work / f"{path.stem}-basic.onnx")
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return codl_tvm.load_model(so.optimized_model_filepath), "onnxruntime basic rewrite"
+
+
+def twin_error(ctor: str, state: dict, src: dict) -> float:
+    import onnxruntime as ort
+    import torch
+
+    x = np.random.default_rng(0).standard_normal(src["inputs"][0]["shape"]).astype("f4")
+    ref = ort.InferenceSession(str(src["path"])).run(None, {src["inputs"][0]["name"]: x})[0]
+    with torch.inference_mode():
+        got = load_state(torchvision_module(ctor), state)(torch.from_numpy(x)).numpy()
+    return rel_err(got, ref)
+
+
+def cpu_name() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        return next(ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                    if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+# ---- PyTorch modules ---------------------------------------------------------------------
+def fix_batch_norm(module: Any) -> None:
+    """Batch norms that pass values through (scale 1, mean 0, var 1, eps 1e-12: var + eps is
+    1.0 in float32, and PyTorch refuses eps 0) and add their bias: exported, they fold into
+    the conv exactly (weight * 1.0), so the conv weights stay views of the source tensors."""
+    import torch
+
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.eps = 1e-12
+            with torch.no_grad():
+                m.weight.fill_(1.0)
+                m.running_mean.zero_()
+                m.running_var.fill_(1.0)
+
+
+def torchvision_module(ctor: str) -> Any:
+    import torchvision
+
+    module = getattr(torchvision.models, ctor)(weights=None).eval()
+    fix_batch_norm(module)
+    return module
+
+
+def load_state(module: Any, state: dict[str, np.ndarray]) -> Any:
+    import torch
+
+    tensors = {k: torch.from_numpy(np.array(v)) for k, v in state.items()}
+    module.load_state_dict(tensors, strict=False)
+    return module.eval()
+
+
+def twin_state(ctor: str, graph: dict[str, Any], inits: dict[str, np.ndarray]) -> dict:
+    """The state of torchvision's ``ctor`` holding a zoo model's weights: its convs (each with
+    the batch norm after it, whose bias takes the conv's) and its linear layer take the ONNX
+    Conv and Gemm weights in graph order; ValueError where the layers differ."""
+    import torch
+
+    module = torchvision_module(ctor)
+    layers = [(n, m) for n, m in module.named_modules()
+              if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear, torch.nn.BatchNorm2d))]
+    nodes = [n for n in graph["nodes"] if n["op"] in ("Conv", "Gemm")]
+    state = {k: v.numpy().copy() for k, v in module.state_dict().items()}
+    i = 0
+    for node in nodes:
+        while i < len(layers) and isinstance(layers[i][1], torch.nn.BatchNorm2d):
+            i += 1
+        if i == len(layers):
+            raise ValueError(f"{ctor}: fewer layers than the ONNX graph")
+        name, m = layers[i]
+        w = inits[node["inputs"][1]]
+        if node["op"] == "Gemm" and not node["attrs"].get("transB", 0):
+            w = w.T
+        if tuple(m.weight.shape) != w.shape:
+            raise ValueError(f"{ctor}.{name}: weight {tuple(m.weight.shape)} != {w.shape}")
+        state[f"{name}.weight"] = w
+        bias = inits.get(node["inputs"][2]) if len(node["inputs"]) > 2 else None
+        bn = layers[i + 1] if i + 1 < len(layers) else None
+        if isinstance(m, torch.nn.Conv2d) and bn and isinstance(bn[1], torch.nn.BatchNorm2d):
+            state[f"{bn[0]}.bias"] = bias if bias is not None else np.zeros(w.shape[0], "f4")
+        elif bias is not None:
+            state[f"{name}.bias"] = bias
+        i += 1
+    return {k: v for k, v in state.items() if v.dtype == np.float32}
+
+
+def graph_json(model: Any) -> dict[str, Any]:
+    """The ONNX graph as plain data (nodes, inputs, outputs): what :class:`Replay` runs."""
+    from onnx import helper
+
+    def attr(a: Any) -> Any:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            return v.decode()
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        if hasattr(v, "dims"):
+            raise ValueError(f"tensor attribute {a.name} not supported")
+        return v
+
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    return {"nodes": [{"op": n.op_type, "inputs": list(n.input), "outputs": list(n.output),
+                       "attrs": {a.name: attr(a) for a in n.attribute}} for n in g.node],
+            "inputs": [i.name for i in g.input if i.name not in inits],
+            "outputs": [o.name for o in g.output]}
+
+
+class Replay:
+    """An ONNX graph run op by op with PyTorch calls (eager; CUDA-graph capturable): the
+    PyTorch anchor of zoo models torchvision has no module for (YOLO-V2, BERT-base)."""
+
+    def __init__(self, graph: dict[str, Any], inits: dict[str, np.ndarray], device: str):
+        import torch
+
+        self.graph = graph
+        self.consts = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device)
+                       for k, v in inits.items()}
+        self.host = inits  # shapes and clip bounds are read on the host (no device sync)
+        self.ops = _ops()
+        unknown = {n["op"] for n in graph["nodes"]} - set(self.ops)
+        if unknown:
+            raise ValueError(f"replay has no op {', '.join(sorted(unknown))}")
+
+    def __call__(self, **inputs: Any) -> list[Any]:
+        env = {**self.consts, **inputs}
+        for n in self.graph["nodes"]:
+            args = [env[i] if i else None for i in n["inputs"]]
+            out = self.ops[n["op"]](self, n, args, n["attrs"])
+            env[n["outputs"][0]] = out
+        return [env[o] for o in self.graph["outputs"]]
+
+
+def _reshape(self: Replay, n: dict, x: list, a: dict) -> Any:
+    shape = [int(d) for d in self.host[n["inputs"][1]]]
+    shape = [x[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return x[0].reshape(shape)
+
+
+def _space_to_depth(x: Any, b: int) -> Any:
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(
+        n, c * b * b, h // b, w // b)
+
+
+def _gemm(x: list, a: dict) -> Any:
+    m = x[0].T if a.get("transA") else x[0]
+    y = m @ (x[1].T if a.get("transB") else x[1])
+    y = y * a["alpha"] if a.get("alpha", 1.0) != 1.0 else y
+    if len(x) > 2 and x[2] is not None:
+        y = y + (x[2] * a["beta"] if a.get("beta", 1.0) != 1.0 else x[2])
+    return y
+
+
+def _padded(x: Any, a: dict, value: float) -> tuple[Any, list[int]]:
+    """ONNX pads (top, left, bottom, right): symmetric ones for the op, others applied here."""
+    import torch.nn.functional as F
+
+    p = a.get("pads", [0, 0, 0, 0])
+    if p[0] == p[2] and p[1] == p[3]:
+        return x, p[:2]
+    return F.pad(x, (p[1], p[3], p[0], p[2]), value=value), [0, 0]
+
+
+def _conv(x: list, a: dict) -> Any:
+    import torch.nn.functional as F
+
+    x0, pads = _padded(x[0], a, 0.0)
+    return F.conv2d(x0, x[1], x[2] if len(x) > 2 else None, a.get("strides", [1, 1]), pads,
+                    a.get("dilations", [1, 1]), a.get("group", 1))
+
+
+def _max_pool(x: list, a: dict) -> Any:
+    import torch.nn.functional as F
+
+    x0, pads = _padded(x[0], a, float("-inf"))
+    return F.max_pool2d(x0, a["kernel_shape"], a.get("strides", [1, 1]), pads,
+                        ceil_mode=bool(a.get("ceil_mode", 0)))
+
+
+def _ops() -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    dtypes = {1: torch.float32, 6: torch.int32, 7: torch.int64, 9: torch.bool}
+    return {
+        "Conv": lambda s, n, x, a: _conv(x, a),
+        "Relu": lambda s, n, x, a: F.relu(x[0]),
+        "LeakyRelu": lambda s, n, x, a: F.leaky_relu(x[0], a.get("alpha", 0.01)),
+        "Clip": lambda s, n, x, a: torch.clamp(x[0], *(float(s.host[i]) if i else None
+                                                      for i in n["inputs"][1:3])),
+        "MaxPool": lambda s, n, x, a: _max_pool(x, a),
+        "GlobalAveragePool": lambda s, n, x, a: x[0].mean((2, 3), keepdim=True),
+        "Flatten": lambda s, n, x, a: x[0].flatten(a.get("axis", 1)),
+        "SpaceToDepth": lambda s, n, x, a: _space_to_depth(x[0], a["blocksize"]),
+        "Concat": lambda s, n, x, a: torch.cat(x, a["axis"]),
+        "Identity": lambda s, n, x, a: x[0],
+        "Gather": lambda s, n, x, a: torch.index_select(
+            x[0], a.get("axis", 0), x[1].reshape(-1)).reshape(
+            *x[0].shape[:a.get("axis", 0)], *x[1].shape, *x[0].shape[a.get("axis", 0) + 1:]),
+        "Add": lambda s, n, x, a: x[0] + x[1], "Sub": lambda s, n, x, a: x[0] - x[1],
+        "Mul": lambda s, n, x, a: x[0] * x[1], "Div": lambda s, n, x, a: x[0] / x[1],
+        "MatMul": lambda s, n, x, a: torch.matmul(x[0], x[1]),
+        "Gemm": lambda s, n, x, a: _gemm(x, a),
+        "Cast": lambda s, n, x, a: x[0].to(dtypes[a["to"]]),
+        "Reshape": _reshape,
+        "Transpose": lambda s, n, x, a: x[0].permute(*a["perm"]),
+        "Softmax": lambda s, n, x, a: torch.softmax(x[0], a.get("axis", -1)),
+        "LayerNormalization": lambda s, n, x, a: F.layer_norm(
+            x[0], x[0].shape[a.get("axis", -1):], x[1], x[2] if len(x) > 2 else None,
+            a.get("epsilon", 1e-5)),
+        "Erf": lambda s, n, x, a: torch.erf(x[0]), "Tanh": lambda s, n, x, a: torch.tanh(x[0]),
+    }
+
+
+# ---- engines on the target ---------------------------------------------------------------
+def rel_err(got: Any, ref: Any) -> float:
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def outputs_err(got: list, ref: list) -> float:
+    return max(rel_err(g, r) for g, r in zip(got, ref))
+
+
+def make_inputs(specs: list[dict], seed: int) -> dict[str, np.ndarray]:
+    rng, out = np.random.default_rng(seed), {}
+    for s in specs:
+        if s["dtype"] == "float32":
+            out[s["name"]] = rng.standard_normal(s["shape"]).astype(np.float32)
+        elif s["name"] == "attention_mask":  # the last quarter is padding
+            out[s["name"]] = (np.arange(s["shape"][-1]) < s["shape"][-1] * 3 // 4).astype(
+                np.int64)[None].repeat(s["shape"][0], 0)
+        else:
+            out[s["name"]] = rng.integers(0, s["high"], s["shape"]).astype(np.int64)
+    return out
+
+
+def ort_session(folder: Path, meta: dict, sources: dict, threads: int, tmp: Path) -> Any:
+    """onnxruntime on the graph with its weights file written here from the recipes."""
+    import onnxruntime as ort
+
+    shutil.copy(folder / "model.onnx", tmp / "model.onnx")
+    with open(tmp / "weights.bin", "wb") as f:
+        f.truncate(meta["onnx"]["bytes"])
+        for e in meta["onnx"]["external"]:
+            f.seek(e["at"])
+            f.write(np.ascontiguousarray(realize({"w": e}, sources, {})["w"]).tobytes())
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(tmp / "model.onnx"), so, providers=["CPUExecutionProvider"])
+
+
+def torch_modules(meta: dict, sources: dict, lits: Any) -> tuple[Any, str]:
+    """A factory of the PyTorch anchor on a device (``make(dev)(inputs) -> outputs``) and
+    what it is: torchvision's module, or the ONNX graph replayed (zoo models; also where
+    torchvision is missing here)."""
+    spec = meta["torch"]
+    if spec["kind"] == "torchvision":
+        try:
+            module = load_state(torchvision_module(spec["ctor"]),
+                                realize(spec["state"], sources, lits))
+        except ImportError:
+            if "graph" not in spec:
+                raise
+        else:
+            return (lambda dev: _Call(copy.deepcopy(module).to(dev))), "torchvision"
+    inits = realize({e["name"]: e for e in meta["onnx"]["external"]}, sources, lits)
+    inits |= {k: lits[v] for k, v in meta["onnx"]["embedded"].items()}
+    return (lambda dev: Replay(spec["graph"], inits, dev)), "replay"
+
+
+class _Call:
+    def __init__(self, module: Any):
+        self.module = module
+
+    def __call__(self, input: Any) -> list:  # noqa: A002 - the models' input name
+        return [self.module(input)]
+
+
+def torch_engines(make: Any, inputs: dict, gpu: bool) -> dict[str, tuple[Any, list]]:
+    """PyTorch eager on the CPU and, with ``gpu``, eager and CUDA-graph replay on the GPU:
+    engine name -> (call, outputs of one run)."""
+    import torch
+
+    def call(fn: Any, x: dict, sync: Any) -> Any:
+        def run() -> None:
+            with torch.inference_mode():
+                fn(**x)
+            sync()
+        return run
+
+    out = {}
+    for dev in ["cpu"] + (["cuda"] if gpu else []):
+        fn, x = make(dev), {k: torch.from_numpy(v).to(dev) for k, v in inputs.items()}
+        with torch.inference_mode():
+            got = fn(**x)
+        if dev == "cpu":
+            out["torch-cpu"] = call(fn, x, lambda: None), got
+        else:
+            out["torch-cuda"] = call(fn, x, torch.cuda.synchronize), got
+            out["torch-graph"] = cuda_graph(fn, x)
+    return out
+
+
+def cuda_graph(fn: Any, x: dict) -> tuple[Any, list]:
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.inference_mode(), torch.cuda.stream(s):
+        for _ in range(3):
+            fn(**x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(g):
+        got = fn(**x)
+    g.replay()
+    torch.cuda.synchronize()
+    return (lambda: (g.replay(), torch.cuda.synchronize())), got
+
+
+def codl_engine(folder: Path, meta: dict, variant: str, sources: dict, lits: Any,
+                inputs: dict) -> tuple[Any, list]:
+    """The artifact ``variant`` with the weights drawn here: (call on inputs already on its
+    devices, outputs of one run)."""
+    from codl_tvm import runtime
+
+    runner = runtime.load(folder / variant,
+                          params=realize(meta["codl"][variant]["params"], sources, lits))
+    main, args, dev = runner.vm["main"], runner._args(inputs), runner.devices[0]
+    got = runner.run(inputs)
+    if variant.startswith("gpu"):  # kernels are asynchronous: wait for them
+        return (lambda: (main(*args), dev.sync())), got
+    return (lambda: main(*args)), got
