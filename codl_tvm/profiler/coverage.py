@@ -20,8 +20,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from codl_tvm.predictor.blocking import BY_FILTER, kernel_kind, model_algorithm, variant
 from codl_tvm.predictor.machine import Machine, reference
 from codl_tvm.predictor.mirror import kernel
@@ -30,14 +28,15 @@ from codl_tvm.profiler.space import (
     KIND_WEIGHTS,
     Job,
     compute_jobs,
-    random_spec,
+    sample_specs,
     workload_specs,
 )
 from codl_tvm.tiling import GLOBAL_POOL_MIN_WINDOW
 
 MIN_PER_MODEL = 12  # above accuracy.MIN_KERNEL_SAMPLES: a model's fit has slack for outliers
 USAGE_SHARE = 0.25  # of the profile's compute jobs a model may claim by its share of real use
-POOL_DRAWS = 6000  # random ops drawn per kind for the pool the top-ups come from
+POOL_DRAWS = 3000  # random ops per kind in the pool the top-ups come from
+POOL_FLOPS_FACTOR = 10.0  # the pool's ops may be this much larger than the draw's
 USAGE_DIR = Path(__file__).resolve().parent.parent / "data" / "workloads"
 
 
@@ -59,15 +58,17 @@ def pair_machine(pair: Any) -> Machine:
 
 
 def model_key(job: Job, families: dict[str, str], m: Machine) -> str | None:
-    """The predictor model that prices ``job`` (None: a sharing job or an empty part)."""
+    """The kernel that runs ``job`` as the predictor's models tell kernels apart (role, kind,
+    algorithm, filter-size variant), and split-K apart from the tiled kernel whose model
+    prices it: the report scores them apart (None: a sharing job or an empty part)."""
     if job.spec is None:
         return None
     sub = job.spec.part(job.role, job.dim, job.ratio)
     if sub is None:
         return None
-    algo = model_algorithm(kernel(families[job.role], sub, m).algorithm)
+    algo = kernel(families[job.role], sub, m).algorithm
     key = f"{job.role}/{kernel_kind(sub)}/{algo}"
-    return f"{key}/{variant(sub)}" if algo in BY_FILTER else key
+    return f"{key}/{variant(sub)}" if model_algorithm(algo) in BY_FILTER else key
 
 
 def cover(jobs: Sequence[Job], pair: Any, grid: Sequence[float], max_flops: float,
@@ -95,7 +96,9 @@ def cover(jobs: Sequence[Job], pair: Any, grid: Sequence[float], max_flops: floa
                 "gpu": "cpu" if pair.gpu_spec["kind"] == "llvm" else "gpu"}  # fmt: skip
     have = Counter(model_key(j, families, m) for j in jobs)
     n_compute = sum(n for k, n in have.items() if k is not None)
-    pool = _pool(grid, max_flops, min_flops, seed, families, m)
+    # up to 10x the draw's FLOPs: some kernels run only larger ops (split-K: few pixels, a long
+    # reduction); the cheapest ops of a kernel come first
+    pool = _pool(grid, POOL_FLOPS_FACTOR * max_flops, min_flops, seed, families, m)
     usage = usage_shares(families, m, grid)
     keys = dict.fromkeys([*sorted(pool), *sorted(usage)])
     added: list[Job] = []
@@ -125,22 +128,16 @@ def coverage(jobs: Sequence[Job], pair: Any, m: Machine | None = None) -> dict[s
 def _pool(grid: Sequence[float], max_flops: float, min_flops: float, seed: int,
           families: dict[str, str], m: Machine) -> dict[str, list[Job]]:
     """Per model, jobs of random ops within the FLOPs bounds, cheapest op first."""
-    rng = np.random.default_rng(seed + 7919)  # not the profile's own draw
-    specs = []
-    for kind in KIND_WEIGHTS:
-        for _ in range(POOL_DRAWS):
-            try:
-                s = random_spec(rng, kind)
-            except ValueError:
-                continue
-            if min_flops <= s.flops <= max_flops:
-                specs.append(s)
-            if kind.startswith("pool") and s.H >= GLOBAL_POOL_MIN_WINDOW:
-                # a global pool (ResNet's, MobileNet's heads) has a GPU kernel of its own;
-                # CoDL's draw of 2x2 and 3x3 windows never gives one
-                g = OpSpec(kind, s.H, s.H, s.IC, s.IC, s.H, s.H)
-                if min_flops <= g.flops <= max_flops:
-                    specs.append(g)
+    specs: list[OpSpec] = []
+    for n, kind in enumerate(KIND_WEIGHTS):  # seeds apart from the profile's own draw
+        drawn = sample_specs(POOL_DRAWS, seed + 7919 + n, max_flops, [kind], min_flops)
+        specs += drawn
+        if kind.startswith("pool"):
+            # a global pool (ResNet's, MobileNet's heads) has a GPU kernel of its own; CoDL's
+            # draw of 2x2 and 3x3 windows never gives one
+            whole = (OpSpec(kind, s.H, s.H, s.IC, s.IC, s.H, s.H) for s in drawn
+                     if s.H >= GLOBAL_POOL_MIN_WINDOW)  # fmt: skip
+            specs += [g for g in whole if min_flops <= g.flops <= max_flops]
     specs.sort(key=lambda s: s.flops)
     out: dict[str, list[Job]] = defaultdict(list)
     for job in compute_jobs(specs, grid):
