@@ -15,7 +15,6 @@ present, torchvision.
 from __future__ import annotations
 
 import copy
-import hashlib
 import platform
 import shutil
 import warnings
@@ -23,9 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-MIN_SIZE = 256  # float tensors with at least this many elements are drawn on the target
-LITERAL_MAX = 1 << 20  # bytes: a larger tensor that is no view of a source is not carried
+from anchors_replay import Replay, graph_json  # noqa: F401 - graph_json: anchors.py's
+from anchors_weights import (  # noqa: F401 - draw ... literal: anchors.py's
+    MIN_SIZE,
+    ValueIndex,
+    draw,
+    literal,
+    realize,
+    recipes,
+    spec_of,
+)
 
 # name -> where it comes from; "twin": a torchvision module of the same layers (ResNet-18 and
 # MobileNet-V2 of the zoo are torchvision's layout), "replay": the ONNX graph run op by op
@@ -38,127 +44,6 @@ MODELS: dict[str, dict[str, str]] = {
     "vit-b-16": {"tv": "vit_b_16", "torch": "torchvision"},
     "convnext-t": {"tv": "convnext_tiny", "torch": "torchvision"},
 }
-
-
-# ---- source tensors: drawn from a seed, found again in every engine's tensors -------------
-def spec_of(name: str, a: np.ndarray) -> dict[str, Any]:
-    """How to draw a tensor like ``a``: shape, mean, std (constant tensors get some spread)."""
-    mean, std = float(a.mean()), float(a.std())
-    return {"name": name, "shape": list(a.shape), "mean": mean,
-            "std": std if std > 1e-8 else 0.05 * max(abs(mean), 1.0)}
-
-
-def draw(specs: list[dict[str, Any]], seed: int) -> dict[str, np.ndarray]:
-    """The source tensors: mean + std * N(0, 1), one generator per tensor."""
-    out = {}
-    for i, s in enumerate(specs):
-        z = np.random.default_rng([seed, i]).standard_normal(s["shape"], dtype=np.float32)
-        out[s["name"]] = (np.float32(s["mean"]) + np.float32(s["std"]) * z).astype(np.float32)
-    return out
-
-
-class ValueIndex:
-    """Find tensors as strided views of the source tensors, by their (random) values."""
-
-    def __init__(self, sources: dict[str, np.ndarray]):
-        self.names = list(sources)
-        self.sizes = np.array([sources[n].size for n in self.names], np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        self.flat = np.concatenate([sources[n].ravel() for n in self.names]) if sources \
-            else np.zeros(0, np.float32)
-        self.order = np.argsort(self.flat, kind="stable")
-        self.sorted = self.flat[self.order]
-
-    def _where(self, value: float, limit: int = 16) -> np.ndarray:
-        lo = np.searchsorted(self.sorted, value, side="left")
-        hi = np.searchsorted(self.sorted, value, side="right")
-        return self.order[lo:min(hi, lo + limit)]
-
-    def find(self, a: np.ndarray) -> dict[str, Any] | None:
-        """``{"src", "offset", "strides", "shape"}`` with ``a == view(src)``, or None."""
-        if a.dtype != np.float32 or a.size < 2 or not self.flat.size:
-            return None
-        a = np.ascontiguousarray(a)
-        for o in self._where(a.flat[0]):
-            k = int(np.searchsorted(self.starts, o, side="right") - 1)
-            base, size = int(self.starts[k]), int(self.sizes[k])
-            strides = [self._stride(a, ax, int(o), base, size) for ax in range(a.ndim)]
-            if None in strides:
-                continue
-            rec = {"src": self.names[k], "offset": int(o) - base, "strides": strides,
-                   "shape": list(a.shape)}
-            idx = _indices(rec)
-            if idx.min() >= 0 and idx.max() < size and np.array_equal(
-                    self.flat[base + idx], a.ravel()):
-                return rec
-        return None
-
-    def _stride(self, a: np.ndarray, ax: int, o: int, base: int, size: int) -> int | None:
-        n = a.shape[ax]
-        if n == 1:
-            return 0
-        line = a[tuple(slice(None) if i == ax else 0 for i in range(a.ndim))]
-        for q in self._where(line[1]):
-            s = int(q) - o
-            end = o + s * (n - 1)
-            if base <= q < base + size and base <= end < base + size and np.array_equal(
-                    self.flat[o + s * np.arange(n)], line):
-                return s
-        return None
-
-
-def _indices(rec: dict[str, Any]) -> np.ndarray:
-    idx = np.full(rec["shape"], rec["offset"], np.int64)
-    for ax, (n, s) in enumerate(zip(rec["shape"], rec["strides"])):
-        shape = [1] * len(rec["shape"])
-        shape[ax] = n
-        idx = idx + s * np.arange(n, dtype=np.int64).reshape(shape)
-    return idx.ravel()
-
-
-def literal(literals: dict[str, np.ndarray], a: np.ndarray) -> str:
-    """Add ``a`` to ``literals`` under a key of its content (shared by every engine)."""
-    key = hashlib.sha1(a.tobytes() + str((a.shape, a.dtype)).encode()).hexdigest()[:20]
-    literals[key] = a
-    return key
-
-
-def recipes(tensors: dict[str, np.ndarray], index: ValueIndex,
-            literals: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[str]]:
-    """Each tensor as a view recipe, or a literal (added to ``literals``); also the names of
-    large tensors that are neither (drawn at random on the target: outputs then differ)."""
-    out, missing = {}, []
-    for name, a in tensors.items():
-        a = np.asarray(a)
-        rec = index.find(a)
-        if rec is None and a.nbytes > LITERAL_MAX:
-            missing.append(name)
-            rec = {"random": list(a.shape), "dtype": str(a.dtype)}
-        elif rec is None:
-            rec = {"literal": literal(literals, a)}
-        out[name] = rec
-    return out, missing
-
-
-def realize(recs: dict[str, Any], sources: dict[str, np.ndarray],
-            literals: Any) -> dict[str, np.ndarray]:
-    """The tensors of :func:`recipes` from the source tensors drawn here."""
-    out = {}
-    for name, rec in recs.items():
-        if "literal" in rec:
-            out[name] = literals[rec["literal"]]
-        elif "random" in rec:
-            out[name] = (0.05 * np.random.default_rng(0).standard_normal(rec["random"])
-                         ).astype(rec["dtype"])
-        else:
-            src = sources[rec["src"]].ravel()
-            n = int(np.prod(rec["shape"]))
-            dense = list(np.cumprod([1, *rec["shape"][::-1]])[:-1][::-1])
-            if all(s == d for s, d, k in zip(rec["strides"], dense, rec["shape"]) if k > 1):
-                out[name] = src[rec["offset"]:rec["offset"] + n].reshape(rec["shape"])
-            else:
-                out[name] = src[_indices(rec)].reshape(rec["shape"])
-    return out
 
 
 # ---- build side (full TVM, onnx, torchvision) -------------------------------------------
@@ -306,135 +191,6 @@ def twin_state(ctor: str, graph: dict[str, Any], inits: dict[str, np.ndarray]) -
             state[f"{name}.bias"] = bias
         i += 1
     return {k: v for k, v in state.items() if v.dtype == np.float32}
-
-
-def graph_json(model: Any) -> dict[str, Any]:
-    """The ONNX graph as plain data (nodes, inputs, outputs): what :class:`Replay` runs."""
-    from onnx import helper
-
-    def attr(a: Any) -> Any:
-        v = helper.get_attribute_value(a)
-        if isinstance(v, bytes):
-            return v.decode()
-        if isinstance(v, (list, tuple)):
-            return list(v)
-        if hasattr(v, "dims"):
-            raise ValueError(f"tensor attribute {a.name} not supported")
-        return v
-
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    return {"nodes": [{"op": n.op_type, "inputs": list(n.input), "outputs": list(n.output),
-                       "attrs": {a.name: attr(a) for a in n.attribute}} for n in g.node],
-            "inputs": [i.name for i in g.input if i.name not in inits],
-            "outputs": [o.name for o in g.output]}
-
-
-class Replay:
-    """An ONNX graph run op by op with PyTorch calls (eager; CUDA-graph capturable): the
-    PyTorch anchor of zoo models torchvision has no module for (YOLO-V2, BERT-base)."""
-
-    def __init__(self, graph: dict[str, Any], inits: dict[str, np.ndarray], device: str):
-        import torch
-
-        self.graph = graph
-        self.consts = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device)
-                       for k, v in inits.items()}
-        self.host = inits  # shapes and clip bounds are read on the host (no device sync)
-        self.ops = _ops()
-        unknown = {n["op"] for n in graph["nodes"]} - set(self.ops)
-        if unknown:
-            raise ValueError(f"replay has no op {', '.join(sorted(unknown))}")
-
-    def __call__(self, **inputs: Any) -> list[Any]:
-        env = {**self.consts, **inputs}
-        for n in self.graph["nodes"]:
-            args = [env[i] if i else None for i in n["inputs"]]
-            out = self.ops[n["op"]](self, n, args, n["attrs"])
-            env[n["outputs"][0]] = out
-        return [env[o] for o in self.graph["outputs"]]
-
-
-def _reshape(self: Replay, n: dict, x: list, a: dict) -> Any:
-    shape = [int(d) for d in self.host[n["inputs"][1]]]
-    shape = [x[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
-    return x[0].reshape(shape)
-
-
-def _space_to_depth(x: Any, b: int) -> Any:
-    n, c, h, w = x.shape
-    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(
-        n, c * b * b, h // b, w // b)
-
-
-def _gemm(x: list, a: dict) -> Any:
-    m = x[0].T if a.get("transA") else x[0]
-    y = m @ (x[1].T if a.get("transB") else x[1])
-    y = y * a["alpha"] if a.get("alpha", 1.0) != 1.0 else y
-    if len(x) > 2 and x[2] is not None:
-        y = y + (x[2] * a["beta"] if a.get("beta", 1.0) != 1.0 else x[2])
-    return y
-
-
-def _padded(x: Any, a: dict, value: float) -> tuple[Any, list[int]]:
-    """ONNX pads (top, left, bottom, right): symmetric ones for the op, others applied here."""
-    import torch.nn.functional as F
-
-    p = a.get("pads", [0, 0, 0, 0])
-    if p[0] == p[2] and p[1] == p[3]:
-        return x, p[:2]
-    return F.pad(x, (p[1], p[3], p[0], p[2]), value=value), [0, 0]
-
-
-def _conv(x: list, a: dict) -> Any:
-    import torch.nn.functional as F
-
-    x0, pads = _padded(x[0], a, 0.0)
-    return F.conv2d(x0, x[1], x[2] if len(x) > 2 else None, a.get("strides", [1, 1]), pads,
-                    a.get("dilations", [1, 1]), a.get("group", 1))
-
-
-def _max_pool(x: list, a: dict) -> Any:
-    import torch.nn.functional as F
-
-    x0, pads = _padded(x[0], a, float("-inf"))
-    return F.max_pool2d(x0, a["kernel_shape"], a.get("strides", [1, 1]), pads,
-                        ceil_mode=bool(a.get("ceil_mode", 0)))
-
-
-def _ops() -> dict[str, Any]:
-    import torch
-    import torch.nn.functional as F
-
-    dtypes = {1: torch.float32, 6: torch.int32, 7: torch.int64, 9: torch.bool}
-    return {
-        "Conv": lambda s, n, x, a: _conv(x, a),
-        "Relu": lambda s, n, x, a: F.relu(x[0]),
-        "LeakyRelu": lambda s, n, x, a: F.leaky_relu(x[0], a.get("alpha", 0.01)),
-        "Clip": lambda s, n, x, a: torch.clamp(x[0], *(float(s.host[i]) if i else None
-                                                      for i in n["inputs"][1:3])),
-        "MaxPool": lambda s, n, x, a: _max_pool(x, a),
-        "GlobalAveragePool": lambda s, n, x, a: x[0].mean((2, 3), keepdim=True),
-        "Flatten": lambda s, n, x, a: x[0].flatten(a.get("axis", 1)),
-        "SpaceToDepth": lambda s, n, x, a: _space_to_depth(x[0], a["blocksize"]),
-        "Concat": lambda s, n, x, a: torch.cat(x, a["axis"]),
-        "Identity": lambda s, n, x, a: x[0],
-        "Gather": lambda s, n, x, a: torch.index_select(
-            x[0], a.get("axis", 0), x[1].reshape(-1)).reshape(
-            *x[0].shape[:a.get("axis", 0)], *x[1].shape, *x[0].shape[a.get("axis", 0) + 1:]),
-        "Add": lambda s, n, x, a: x[0] + x[1], "Sub": lambda s, n, x, a: x[0] - x[1],
-        "Mul": lambda s, n, x, a: x[0] * x[1], "Div": lambda s, n, x, a: x[0] / x[1],
-        "MatMul": lambda s, n, x, a: torch.matmul(x[0], x[1]),
-        "Gemm": lambda s, n, x, a: _gemm(x, a),
-        "Cast": lambda s, n, x, a: x[0].to(dtypes[a["to"]]),
-        "Reshape": _reshape,
-        "Transpose": lambda s, n, x, a: x[0].permute(*a["perm"]),
-        "Softmax": lambda s, n, x, a: torch.softmax(x[0], a.get("axis", -1)),
-        "LayerNormalization": lambda s, n, x, a: F.layer_norm(
-            x[0], x[0].shape[a.get("axis", -1):], x[1], x[2] if len(x) > 2 else None,
-            a.get("epsilon", 1e-5)),
-        "Erf": lambda s, n, x, a: torch.erf(x[0]), "Tanh": lambda s, n, x, a: torch.tanh(x[0]),
-    }
 
 
 # ---- engines on the target ---------------------------------------------------------------
