@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 from collections.abc import Mapping
 
 from .commands import Command, artifact, demo, explain, plan, predictor, profile
@@ -41,7 +42,10 @@ def main(argv: list[str] | None = None, *, prog: str = "codl-tvm",
     """
     args = build_parser(prog, commands).parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not args.verbose:  # a warning is one line, as the commands' own warnings
+                warnings.showwarning = _one_line_warning
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # user-facing: one line unless --verbose
@@ -49,6 +53,10 @@ def main(argv: list[str] | None = None, *, prog: str = "codl-tvm",
             traceback.print_exc()
         print(f"{prog} {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 1
+
+
+def _one_line_warning(message: Warning | str, *_: object, **__: object) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _one_line(err: Exception) -> str:

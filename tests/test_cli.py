@@ -305,3 +305,18 @@ def test_module_entry_points_share_the_commands():
                               capture_output=True, text=True, timeout=120, env=env())
         assert proc.returncode == 0 and f"python -m codl_tvm.{package}" in proc.stdout
         assert all(name in proc.stdout for name in names), package
+
+
+def test_a_library_warning_is_one_line_under_the_cli(tmp_path, capsys):
+    """Python warnings (here: training on samples without machine facts beside them) print as
+    the commands' own warnings do, one ``warning:`` line, not a file, line and source line."""
+    from codl_tvm.cli import main
+    from codl_tvm.predictor import DATA_DIR
+
+    samples = tmp_path / "s.csv"
+    samples.write_text((DATA_DIR / "samples-x86-cuda-h100.csv").read_text())
+    assert main(["train", str(samples), "-o", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    facts = [line for line in err if "machine facts" in line]
+    assert len(facts) == 1 and facts[0].startswith("warning: the samples' machine facts")
+    assert not any("MachineFactWarning" in line or "self.machine_" in line for line in err)
