@@ -1,4 +1,4 @@
-"""CNNs the predictor never saw, measured on another lease beside control rows of its samples.
+"""CNNs the predictor never saw, measured on another instance beside control rows of its samples.
 
     python benchmarks/heldout_cnn_report.py codl_tvm/data/predictor-x86-cuda.json \
         benchmarks/results/resnet-h100/joined/rnjoin.csv \
@@ -8,11 +8,11 @@
 The measured file is one run of a joined bundle (``python -m codl_tvm.profiler join``): the
 CNNs' sub-ops (a ``--workload`` bundle) interleaved with control rows of the samples file
 (``codl-tvm profile-join``). The controls' median ratio to the samples
-file is the lease's speed per processor while the CNNs ran. Each CNN row is scored against
+file is the instance's speed per processor while the CNNs ran. Each CNN row is scored against
 the shipped predictor:
 
 - ``raw``: its latency as measured;
-- ``calibrated``: its latency divided by the lease factor, as ``codl-tvm calibrate`` would do
+- ``calibrated``: its latency divided by the instance factor, as ``codl-tvm calibrate`` would do
   from those controls (the figures comparable with the held-out CNNs of the samples file).
 
 The ``flops`` and ``eop`` baselines, trained on the samples file, are scored the same way
@@ -44,7 +44,7 @@ BASELINES = ("flops", "eop")
 MIN_CONTROLS = 20  # per processor: a median over fewer rows moves by several percent
 
 
-def lease_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, dict[str, float]]:
+def instance_speed_rows(old_rows: list[dict], new_rows: list[dict]) -> dict[str, dict[str, float]]:
     """Per processor: median, quartiles and count of new / file latency over the control rows
     of ``new_rows`` (rows of the samples file measured again, ``model = control``)."""
     old = {row_key(r): r for r in old_rows}
@@ -92,12 +92,12 @@ def _stats(q: np.ndarray) -> dict[str, float]:
 
 def score(predictor: Any, baselines: dict[str, Any], rows: list[dict], samples: list[dict]
           ) -> dict[str, Any]:
-    """Lease factors, and per CNN and processor the predictors' scores (see the docstring)."""
-    speed = lease_speed_rows(samples, rows)
+    """Instance factors, and per CNN and processor the predictors' scores (see the docstring)."""
+    speed = instance_speed_rows(samples, rows)
     cnns = cnn_rows(rows, {r["model"] for r in samples})
     roles = {r["role"] for rs in cnns.values() for r in rs}
     check_controls(speed, roles, "the measured file")
-    out: dict[str, Any] = {"lease": speed, "cnns": {}}
+    out: dict[str, Any] = {"instance": speed, "cnns": {}}
     for cnn, rs in cnns.items():
         noise = {n["processor"]: n for n in noise_rows(rs) if n["op"] == "all"}
         per_role = {}
@@ -125,9 +125,9 @@ def _pct(v: float | None) -> str:
 
 
 def print_tables(rep: dict[str, Any]) -> None:
-    print("lease factor (controls / samples file, median): " + ", ".join(
+    print("instance factor (controls / samples file, median): " + ", ".join(
         f"{role} {s['median']:.3f} (n {s['n']}, q25-q75 {s['q25']:.3f}-{s['q75']:.3f})"
-        for role, s in sorted(rep["lease"].items())))  # fmt: skip
+        for role, s in sorted(rep["instance"].items())))  # fmt: skip
     print("\n| CNN | processor | rows | codl raw | codl calibrated | median pred/meas | "
           + " | ".join(BASELINES) + " | halves10 | twins10 |")
     print("|---|---|---:|---:|---:|---:|" + "---:|" * len(BASELINES) + "---:|---:|")

@@ -27,6 +27,6 @@ done
 # CNNs never profiled for training (ResNet-18/50), measured beside control rows, calibrated
 python benchmarks/heldout_cnn_report.py $P $R/resnet-h100/joined/rnjoin.csv $S \
     --json $R/resnet-h100/resnet-report.json
-# the same CPU rows measured on a second lease
-python benchmarks/lease_report.py $S $R/cpu40-h100/cpu40-new.csv \
-    --json $R/cpu40-h100/lease-report.json > /dev/null
+# the same CPU rows measured on a second instance
+python benchmarks/instance_report.py $S $R/cpu40-h100/cpu40-new.csv \
+    --json $R/cpu40-h100/instance-report.json > /dev/null

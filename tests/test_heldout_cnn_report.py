@@ -1,5 +1,5 @@
 """benchmarks/heldout_cnn_report.py: CNNs measured beside control rows, scored after the
-lease factor the controls give; the command writes the scores of a measured file the test
+instance factor the controls give; the command writes the scores of a measured file the test
 builds."""
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def test_main_writes_the_scores_of_the_measured_file(tmp_path, capsys):
     got = json.loads(out.read_text())
     assert set(got["cnns"]) == {"NEW-CNN"}
     for role, n in (("cpu", 120), ("gpu", 80)):
-        assert got["lease"][role]["n"] == n and got["lease"][role]["median"] == pytest.approx(1.5)
+        speed = got["instance"][role]
+        assert speed["n"] == n and speed["median"] == pytest.approx(1.5)
     rows = read_samples(SAMPLES)
     baselines = {k: make(k).fit(rows) for k in report.BASELINES}
     want = report.score(load(PREDICTOR), baselines, read_samples(measured), rows)
@@ -67,7 +68,7 @@ def _as_new_cnn(rows: list[dict], model: str, factor: float) -> list[dict]:
     return [dict(r, model=model, latency_us=r["latency_us"] * factor) for r in rows]
 
 
-def test_a_lease_twice_as_slow_is_calibrated_away(samples):
+def test_a_instance_twice_as_slow_is_calibrated_away(samples):
     """The file's own VGG-16 rows posing as a new CNN, and 120 + 80 of its rows as controls,
     all measured 'twice as slow': calibrated, the score is the predictor's on those rows."""
     vgg = [r for r in samples if r["model"] == "VGG-16"]
@@ -77,7 +78,7 @@ def test_a_lease_twice_as_slow_is_calibrated_away(samples):
     measured = _as_new_cnn(vgg, "NEW-CNN", 2.0) + _as_new_cnn(ctl, "control", 2.0)
     pred = load(PREDICTOR)
     rep = report.score(pred, {"flops": make("flops").fit(samples)}, measured, samples)
-    assert rep["lease"]["cpu"]["median"] == pytest.approx(2.0)
+    assert rep["instance"]["cpu"]["median"] == pytest.approx(2.0)
     assert set(rep["cnns"]) == {"NEW-CNN"}
     for role in ("cpu", "gpu"):
         mine = [r for r in vgg if r["role"] == role]

@@ -1,7 +1,7 @@
 """``codl-tvm profile-join``: bundles built for one pair, measured as one run.
 
 New shapes and control rows of a samples file measured in one interleaved run give the
-lease's speed at the very time the new shapes ran (the H100 guest's CPU drifted 6% between
+instance's speed at the very time the new shapes ran (the H100 guest's CPU drifted 6% between
 two runs a few minutes apart).
 """
 

@@ -131,7 +131,7 @@ def same_kernel(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return "algorithm" not in a or "algorithm" not in b or a["algorithm"] == b["algorithm"]
 
 
-def lease_ratios(rows: Sequence[dict[str, Any]], other: dict[tuple, dict[str, Any]],
+def instance_ratios(rows: Sequence[dict[str, Any]], other: dict[tuple, dict[str, Any]],
                  group: str | None = None) -> dict[str, list[float]]:
     """Per value of the column ``group`` (key ``"*"``: every row), the ratios of ``other``'s
     latency over ``rows``' for the rows both measured with the same kernel (``other`` keyed by

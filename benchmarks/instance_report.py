@@ -1,19 +1,19 @@
-"""How the predictor does when its test rows are measured again, on another lease.
+"""How the predictor does when its test rows are measured again, on another instance.
 
-The H100 machine is a KVM guest whose CPU speed moves from lease to lease (up to 1.7x). A
-predictor is trained on one lease's samples and used on later ones, so its accuracy on the
-*same* test rows re-measured on another lease is the figure a user gets. Per processor the
-other lease's rows are first put on the training lease's scale by the median
+The H100 machine is a KVM guest whose CPU speed moves from instance to instance (up to 1.7x). A
+predictor is trained on one instance's samples and used on later ones, so its accuracy on the
+*same* test rows re-measured on another instance is the figure a user gets. Per processor the
+other instance's rows are first put on the training instance's scale by the median
 ratio of all the rows both measured (what ``codl-tvm calibrate`` does with a few controls)::
 
-    python benchmarks/lease_report.py codl_tvm/data/samples-x86-cuda-h100.csv \
+    python benchmarks/instance_report.py codl_tvm/data/samples-x86-cuda-h100.csv \
         benchmarks/results/cpu40-h100/cpu40-new.csv [--seeds 20] \
-        [--json benchmarks/results/cpu40-h100/lease-report.json]
+        [--json benchmarks/results/cpu40-h100/instance-report.json]
 
 Printed per test set (the seeded 30% splits, each held-out CNN, the whole file in-sample):
-acc10 against the training lease's rows, against the other lease's (calibrated and raw), and
-``reproduce10``: the share of the test rows whose two leases agree within +-10% once
-calibrated, the ceiling of any predictor trained on one lease and judged on the other.
+acc10 against the training instance's rows, against the other instance's (calibrated and raw), and
+``reproduce10``: the share of the test rows whose two instances agree within +-10% once
+calibrated, the ceiling of any predictor trained on one instance and judged on the other.
 """
 
 from __future__ import annotations
@@ -33,28 +33,28 @@ from codl_tvm.predictor import make  # noqa: E402
 from codl_tvm.predictor.accuracy import split_models, split_rows  # noqa: E402
 from codl_tvm.predictor.opspec import SHARING_KINDS  # noqa: E402
 from codl_tvm.profiler import read_samples  # noqa: E402
-from codl_tvm.profiler.noise import lease_ratios, same_kernel  # noqa: E402
+from codl_tvm.profiler.noise import instance_ratios, same_kernel  # noqa: E402
 from codl_tvm.profiler.schema import row_key  # noqa: E402
 
 HELD_OUT = ("YOLO-V2", "VGG-16", "POSENET")
 Row = dict[str, Any]
 
 
-def lease_factors(rows: list[Row], other: dict[tuple, Row]) -> dict[str, float]:
-    """Per processor, the median of the other lease's latency over this one's (shared rows)."""
-    ratios = lease_ratios(rows, other, "role")
+def instance_factors(rows: list[Row], other: dict[tuple, Row]) -> dict[str, float]:
+    """Per processor, the median of the other instance's latency over this one's (shared rows)."""
+    ratios = instance_ratios(rows, other, "role")
     del ratios["*"]
     return {role: float(np.median(v)) for role, v in ratios.items()}
 
 
 def _scores(pred: Any, test: list[Row], other: dict[tuple, Row], factors: dict[str, float],
             role: str) -> dict[str, float]:
-    """acc10 of ``pred`` on ``role``'s compute rows of ``test`` that the other lease measured,
-    against both leases' latencies, and the two leases' own agreement."""
+    """acc10 of ``pred`` on ``role``'s compute rows of ``test`` that the other instance measured,
+    against both instances' latencies, and the two instances' own agreement."""
     test = [r for r in test if r["role"] == role and r["op"] not in SHARING_KINDS
             and row_key(r) in other]  # fmt: skip
-    if not test:  # the other lease measured none of this set's rows
-        return dict.fromkeys(("this_lease", "other_calibrated", "other_raw", "reproduce10"),
+    if not test:  # the other instance measured none of this set's rows
+        return dict.fromkeys(("this_instance", "other_calibrated", "other_raw", "reproduce10"),
                              None) | {"n": 0}
     p = np.asarray(pred.predict(test))
     here = np.array([r["latency_us"] for r in test])
@@ -64,7 +64,7 @@ def _scores(pred: Any, test: list[Row], other: dict[tuple, Row], factors: dict[s
     def acc10(y: np.ndarray) -> float:
         return float(np.mean(np.abs(p / y - 1) <= 0.1))
 
-    return {"n": len(test), "this_lease": acc10(here), "other_calibrated": acc10(calibrated),
+    return {"n": len(test), "this_instance": acc10(here), "other_calibrated": acc10(calibrated),
             "other_raw": acc10(there),
             "reproduce10": float(np.mean(np.abs(calibrated / here - 1) <= 0.1))}  # fmt: skip
 
@@ -72,13 +72,13 @@ def _scores(pred: Any, test: list[Row], other: dict[tuple, Row], factors: dict[s
 def report(rows: list[Row], other_rows: list[Row], seeds: int, role: str = "cpu"
            ) -> dict[str, Any]:
     """The scores of :func:`_scores` on the seeded splits (mean), each held-out CNN and the
-    whole file in-sample, with the lease factors."""
-    # a row the other lease measured with a kernel that no longer runs it is left out (the
+    whole file in-sample, with the instance factors."""
+    # a row the other instance measured with a kernel that no longer runs it is left out (the
     # stride-1 1x1 convs it timed with the direct conv run the 1x1 GEMM now)
     mine = {row_key(r): r for r in rows}
     other = {k: r for r in other_rows
              if (k := row_key(r)) in mine and same_kernel(mine[k], r)}  # fmt: skip
-    factors = lease_factors(rows, other)
+    factors = instance_factors(rows, other)
 
     def fit(train: list[Row]) -> Any:
         with warnings.catch_warnings():
@@ -93,11 +93,11 @@ def report(rows: list[Row], other_rows: list[Row], seeds: int, role: str = "cpu"
     for model in HELD_OUT:
         sets[f"held-out {model}"] = scored(*split_models(rows, [model]))
     sets["whole file, in-sample"] = scored(rows, rows)
-    return {"processor": role, "lease_factors": factors, "sets": sets}
+    return {"processor": role, "instance_factors": factors, "sets": sets}
 
 
 def _mean(scores: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each score's mean over the splits that have rows the other lease measured."""
+    """Each score's mean over the splits that have rows the other instance measured."""
     have = [s for s in scores if s["n"]]
     return {k: float(np.mean([s[k] for s in have])) if have else None for k in scores[0]}
 
@@ -107,21 +107,21 @@ def _pct(x: float | None) -> str:
 
 
 def print_report(rep: dict[str, Any]) -> None:
-    f = ", ".join(f"{k} {v:.3f}" for k, v in rep["lease_factors"].items())
-    print(f"other lease / this lease (median): {f}\n")
-    print(f"| {rep['processor']} test set | rows | this lease | other lease, calibrated | "
-          "other lease, raw | leases agree (reproduce10) |")
+    f = ", ".join(f"{k} {v:.3f}" for k, v in rep["instance_factors"].items())
+    print(f"other instance / this instance (median): {f}\n")
+    print(f"| {rep['processor']} test set | rows | this instance | other instance, calibrated | "
+          "other instance, raw | instances agree (reproduce10) |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, s in rep["sets"].items():
-        cells = [_pct(s[k]) for k in ("this_lease", "other_calibrated", "other_raw",
+        cells = [_pct(s[k]) for k in ("this_instance", "other_calibrated", "other_raw",
                                       "reproduce10")]  # fmt: skip
         print(f"| {name} | {s['n'] or 0:.0f} | " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("samples", type=Path, help="the training lease's samples")
-    ap.add_argument("other", type=Path, help="rows of it measured again on another lease")
+    ap.add_argument("samples", type=Path, help="the training instance's samples")
+    ap.add_argument("other", type=Path, help="rows of it measured again on another instance")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--processor", default="cpu")
     ap.add_argument("--json", type=Path)
