@@ -44,21 +44,25 @@ def build(args: argparse.Namespace) -> int:
     pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair)
-    costs = for_pair(predictor_costs(args.predictor), pair) if args.predictor else None
+    # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair), block
+    # copies unless --no-block-copies (priced and built so)
+    blocks = args.block_copies
+    costs = (for_pair(predictor_costs(args.predictor), pair, blocks) if args.predictor
+             else None)
     oracle = None
     if args.oracle_samples:
         rows = read_samples(args.oracle_samples)
         if args.sharing_samples:  # copies measured since: they replace the oracle's
             rows = [r for r in rows if r["op"] not in SHARING_KINDS] + [
                 r for r in read_samples(args.sharing_samples) if r["op"] in SHARING_KINDS]
-        oracle = for_pair(MeasuredCosts(rows, "measured on the target"), pair)
+        oracle = for_pair(MeasuredCosts(rows, "measured on the target"), pair, blocks)
     jobs = []
     for model in args.models.split(","):
         t0 = time.time()
         mod = codl_tvm.load_model(zoo.get(model))
         jobs += oracle_jobs(build_graph(mod), model=model)
-        entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle)
+        entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle,
+                             block_copies=blocks, guard=args.guard)
         print(f"{model}: {len(entry['plans'])} plans, {time.time() - t0:.0f} s", flush=True)
     if not args.oracle_samples and not args.no_oracle_bundle:
         from codl_tvm.profiler.bundle import build_bundle
@@ -102,9 +106,13 @@ def report(args: argparse.Namespace) -> int:
 
 def markdown_table(rows: list[dict]) -> str:
     """Per model: the single processors' latency, every strategy's speedup over the best of
-    them, and codl's share of the ideal gain and latency against the oracle's."""
+    them, and codl's share of the ideal gain and latency against the oracle's. Where plans
+    were guarded (``build --guard``), the speedup is of what the guard ran, and the last
+    column is codl's plan's own speedup (what the guard measured of it)."""
     strategies = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
-    head = ["model", "CPU ms", "GPU ms", *strategies, "codl ideal_share", "codl / oracle"]
+    guarded = any("guard" in r for r in rows)
+    head = ["model", "CPU ms", "GPU ms", *strategies, "codl ideal_share", "codl / oracle",
+            *(["codl plan alone (guard ran)"] if guarded else [])]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {r["plan"]: r for r in rows if r["model"] == model}
@@ -118,8 +126,20 @@ def markdown_table(rows: list[dict]) -> str:
         out.append("| " + " | ".join([
             model, cell("cpu-only", "latency_ms", ".2f"), cell("gpu-only", "latency_ms", ".2f"),
             *(cell(p, "speedup", ".2f") for p in strategies),
-            cell("codl", "ideal_share", ".0%"), ratio]) + " |")  # fmt: skip
+            cell("codl", "ideal_share", ".0%"), ratio,
+            *([_plan_alone(mine)] if guarded else [])]) + " |")  # fmt: skip
     return "\n".join(out)
+
+
+def _plan_alone(mine: dict[str, dict]) -> str:
+    """codl's plan's own speedup over the best single processor, as the guard timed the
+    three, and what the guard ran."""
+    guard = mine.get("codl", {}).get("guard")
+    if guard is None:
+        return "-"
+    ms = guard["latency_ms"]
+    single = min(ms["gpu-only"], ms["cpu-only"])
+    return f"{single / ms['plan']:.2f} ({guard['chosen']})"
 
 
 def main() -> int:
@@ -133,6 +153,11 @@ def main() -> int:
                    "replace those of --oracle-samples (measured later, on the same target)")
     b.add_argument("--models", default=",".join(MODELS))
     b.add_argument("--plans", default=",".join(PLANS))
+    b.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
+                   help="plan and build splits with or without block copies (default: with)")
+    b.add_argument("--guard", action="store_true",
+                   help="plans that use both processors run the fastest of themselves, "
+                        "GPU-only and CPU-only, timed where they load (compile's guard)")
     b.add_argument("--bundle-mb", type=int, default=8, help="size cap of the oracle bundle")
     b.add_argument("--no-oracle-bundle", action="store_true")
     b.add_argument("--pack", help="also write this .tgz of the output (what travels)")

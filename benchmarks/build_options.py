@@ -3,19 +3,24 @@
 Each model is built per plan with every option set of :data:`BUILDS` that applies to it:
 
 - ``unfused``: ``fuse=False``, one kernel per op (the baseline);
-- ``fused``: the default, elementwise ops inside the kernel before them (FuseEpilogues);
+- ``fused``: the default, elementwise ops inside the kernel before them (FuseEpilogues) and,
+  on a CUDA GPU, a split's rows moved by 2-D block copies, the GPU's kernels on the whole
+  tensors (LowerSlicesToBlockCopies);
 - ``fused+graph``: also ``cuda_graph=True``, kernels captured into CUDA graphs (GPU-only plans
   on a CUDA GPU);
 - ``one-stream``: ``overlap=False``, a split's kernels and copies on one CUDA stream (the
   default puts them beside each other: OverlapCopies; split plans on a CUDA GPU);
-- ``block-copies``: ``block_copies=True``, a split's row slices and concat as 2-D copies
-  (LowerSlicesToBlockCopies; the default keeps them kernels; split plans on a CUDA GPU).
+- ``kernel-slices``: ``block_copies=False``, a split's row slices and concat as kernels
+  (split plans on a CUDA GPU);
+- ``gpu-copies``: ``block_in_kernels=False``, block copies with the GPU's rows moved by
+  copies within the GPU instead of read in place.
 
 All builds of a model are timed interleaved in one process, so the ratios are what the options
 change; each is compared with its plan's first build (``unfused`` where it is built). Plans:
 GPU-only and an output-channel split at GPU share 0.75 (codl's common choice at 8 SMs), and,
-with ``--plans-from DIR``, each model's ``DIR/MODEL/codl.plan.json`` (a bench bundle's codl
-plans, ``bench_models.py build``); ``--builds`` picks the builds. Artifacts carry no
+with ``--plans-from [NAME=]DIR,...``, GPU-only and each model's ``DIR/MODEL/codl.plan.json``
+(a bench bundle's codl plans, ``bench_models.py build``) named NAME (default ``codl``);
+``--builds`` picks the builds. Artifacts carry no
 weights: random ones are made where they run, seeded by each real weight's value, so every
 build gets the same ones and must give its base build's output.
 
@@ -48,7 +53,9 @@ BUILDS = {
     "fused": ({}, lambda plan, cuda: True),
     "fused+graph": ({"cuda_graph": True}, lambda plan, cuda: cuda and plan == "gpu-only"),
     "one-stream": ({"overlap": False}, lambda plan, cuda: cuda and plan != "gpu-only"),
-    "block-copies": ({"block_copies": True}, lambda plan, cuda: cuda and plan != "gpu-only"),
+    "kernel-slices": ({"block_copies": False}, lambda plan, cuda: cuda and plan != "gpu-only"),
+    "gpu-copies": ({"block_in_kernels": False},
+                   lambda plan, cuda: cuda and plan != "gpu-only"),
 }
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}
@@ -97,7 +104,10 @@ def build(args: argparse.Namespace) -> int:
         plans = {name: None if spec is None else Plan.uniform(mod, *spec)
                  for name, spec in PLANS.items()}
         if args.plans_from:
-            plans = {"codl": Plan.load(Path(args.plans_from) / model / "codl.plan.json")}
+            plans = {"gpu-only": None}
+            for source in args.plans_from.split(","):
+                name, _, folder = source.rpartition("=")
+                plans[name or "codl"] = Plan.load(Path(folder) / model / "codl.plan.json")
         for plan_name, plan in plans.items():
             for build_name, (options, applies) in BUILDS.items():
                 if build_name not in builds or not applies(plan_name, cuda):
@@ -192,7 +202,8 @@ def main() -> int:
         b.add_argument("--models", default=",".join(MODELS))
         b.add_argument("--out", default="/tmp/codl-build-options")
         b.add_argument("--builds", default=",".join(BUILDS), help="which of " + ", ".join(BUILDS))
-        b.add_argument("--plans-from", help="a bench bundle: DIR/MODEL/codl.plan.json as the plan")
+        b.add_argument("--plans-from", help="bench bundles [NAME=]DIR,...: each "
+                       "DIR/MODEL/codl.plan.json as plan NAME (default codl), beside GPU-only")
         if name == "all":
             b.add_argument("--rounds", type=int, default=7)
             b.add_argument("--jobs", type=int, default=1)

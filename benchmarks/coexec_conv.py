@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from coexec_summary import (  # noqa: E402 - the sibling module, after the path
+    GPU_COPIES,
     KERNEL_SLICES,
     SERIAL,
     base_variant,
@@ -48,9 +49,10 @@ RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97),
 # shares also built with one stream for kernels and copies (``overlap=False``): the
 # before/after of OverlapCopies
 SERIAL_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
-# splits are built with block copies (LowerSlicesToBlockCopies, ``block_copies=True``); these
-# row shares also with slice and concat kernels (the compile default): its before/after
-# (channel splits of batch 1 have no slice or concat to lower)
+# splits are built with block copies (LowerSlicesToBlockCopies, the default on CUDA: the
+# GPU's kernel on the whole tensors); these row shares also with slice and concat kernels
+# (``block_copies=False``) and with copies within the GPU (``block_in_kernels=False``): the
+# before/after (channel splits of batch 1 have no slice or concat to lower)
 SPLIT_OPTIONS = {"block_copies": True}
 KERNEL_SLICE_RATIOS = {"H": (0.7, 0.8, 0.9, 0.95), "OC": ()}
 # shares whose two parts are also built alone, to measure what a split adds to its parts
@@ -116,7 +118,10 @@ def variants(mod) -> dict:
             plans[f"{dim}@{r}{SERIAL}"] = (Plan.uniform(mod, dim, r),
                                             {**SPLIT_OPTIONS, "overlap": False})
         for r in KERNEL_SLICE_RATIOS[dim]:
-            plans[f"{dim}@{r}{KERNEL_SLICES}"] = (Plan.uniform(mod, dim, r), {})
+            plans[f"{dim}@{r}{KERNEL_SLICES}"] = (Plan.uniform(mod, dim, r),
+                                                  {"block_copies": False})
+            plans[f"{dim}@{r}{GPU_COPIES}"] = (Plan.uniform(mod, dim, r),
+                                               {**SPLIT_OPTIONS, "block_in_kernels": False})
     return plans
 
 
@@ -307,6 +312,7 @@ def run(args: argparse.Namespace) -> None:
                          "ratio": float(ratio) if ratio else None,
                          "overlap": not variant.endswith(SERIAL),
                          "block_copies": not variant.endswith(KERNEL_SLICES),
+                         "block_in_kernels": not variant.endswith((KERNEL_SLICES, GPU_COPIES)),
                          "latency_ms": 1e3 * float(np.median(ts)),
                          "spread_ms": 1e3 * float(np.max(ts) - np.min(ts))})
         summary = summarize([r for r in rows if r["shape"] == name])

@@ -1,12 +1,15 @@
 """Summaries of a ``coexec_conv.py`` result: per shape the best single processor, the best
 split, its share of the ideal gain and its overhead over its parts, and the ratios of the
-twin builds (one stream, kernel slices) to the splits they are built like."""
+twin builds (one stream, kernel slices, copies within the GPU) to the splits they are built
+like."""
 
 from __future__ import annotations
 
 SERIAL = "/one-stream"  # variant suffix: built with one stream (overlap=False)
 KERNEL_SLICES = "/kernel-slices"  # variant suffix: built with slice and concat kernels
-TWINS = (SERIAL, KERNEL_SLICES)
+# variant suffix: block copies, the GPU's rows copied within the GPU (block_in_kernels=False)
+GPU_COPIES = "/gpu-copies"
+TWINS = (SERIAL, KERNEL_SLICES, GPU_COPIES)
 
 
 def base_variant(name: str) -> str:
@@ -32,8 +35,9 @@ def summarize(rows: list[dict]) -> dict:
     splits = {k: v for k, v in by.items() if "@" in k and base_variant(k) == k and ":" not in k}
     serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
               for k, v in by.items() if k.endswith(SERIAL)}
-    kernel_slices = {k.removesuffix(KERNEL_SLICES): by[k.removesuffix(KERNEL_SLICES)] / v
-                     for k, v in by.items() if k.endswith(KERNEL_SLICES)}
+    kernel_slices, gpu_copies = ({k.removesuffix(twin): by[k.removesuffix(twin)] / v
+                                  for k, v in by.items() if k.endswith(twin)}
+                                 for twin in (KERNEL_SLICES, GPU_COPIES))
     best = min(splits, key=splits.get)
     single = min(by["cpu-only"], by["gpu-only"])
     return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
@@ -42,6 +46,7 @@ def summarize(rows: list[dict]) -> dict:
             "best_oc": min((k for k in splits if k.startswith("OC")), key=splits.get),
             "overlap_over_one_stream": serial,
             "blocks_over_kernel_slices": kernel_slices,
+            "blocks_over_gpu_copies": gpu_copies,
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
             "measured_overhead_us": {
@@ -100,6 +105,10 @@ def print_table(result: dict) -> None:
     print("\nblock copies / kernel slices, same split, same run:")
     for s in result["rows"]:
         cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get("blocks_over_kernel_slices", {}).items())
+        print(f"{s['shape']:28s} {cells}")
+    print("\nblock copies, GPU part on the whole tensors / with copies within the GPU:")
+    for s in result["rows"]:
+        cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get("blocks_over_gpu_copies", {}).items())
         print(f"{s['shape']:28s} {cells}")
     print("\nblock copies (codl.copy_block of a row block, median us):")
     for f in result.get("block_copy_floor", []):

@@ -6,11 +6,13 @@
 #   tar czf .devcarry/coexec.tgz -C .devcarry coexec
 # There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/coexec.tgz carried:
 #   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)] [suite|traces|all (default)]
+#     [full|edge|both (default): the configurations; one call per configuration fits 600 s]
 # Writes coexec-{full,edge}.{json,log}, coexec-traces-{full,edge}.txt (benchmarks/trace_split.py)
 # and coexec-machine.txt to $OUT: the names under benchmarks/results/.
 set -euo pipefail
 PCT=${1:-5}
 WHAT=${2:-all}
+ON=${3:-both}
 OUT=${OUT:-/tmp/codl-out}
 mkdir -p "$OUT" /tmp/site /tmp/coexec
 tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
@@ -21,20 +23,24 @@ export CODL_CUDA_CACHE=/tmp/codl-cuda-cache
   > "$OUT/coexec-machine.txt" 2>&1 || true
 art=/tmp/coexec/coexec
 run() {  # $1: SMs label, $2: result name
-  timeout 250 python benchmarks/coexec_conv.py run "$art" --json "$OUT/$2.json" --jobs 14 \
+  timeout 280 python benchmarks/coexec_conv.py run "$art" --json "$OUT/$2.json" --jobs 14 \
     --rounds 3 --sms "$1" 2>&1 | tee "$OUT/$2.log"
 }
 sms() { python -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)'; }
 
-[ "$WHAT" = traces ] || run "$(sms)" coexec-full
 trace() {  # $1: label; the rest: SHAPE/VARIANT artifacts
   local label=$1; shift
   local f="$OUT/coexec-traces-$label.txt"
   timeout 100 python benchmarks/trace_split.py "${@/#/$art/}" > "$f" 2>&1 || echo "trace failed" >> "$f"
 }
+if [ "$ON" != edge ]; then
+[ "$WHAT" = traces ] || run "$(sms)" coexec-full
 # row splits with block copies and with slice / concat kernels (their twins), and GPU-only
 [ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_kernel-slices \
-  104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_kernel-slices 104x104x64-128-k3s1/gpu-only
+  104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_gpu-copies \
+  104x104x64-128-k3s1/H_0.9_kernel-slices 104x104x64-128-k3s1/gpu-only
+fi
+[ "$ON" != full ] || exit 0
 
 # the edge configuration: MPS holds this process's kernels to a few SMs; always stopped
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
@@ -45,5 +51,6 @@ export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
 n=$(sms)
 echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/coexec-machine.txt"
 [ "$WHAT" = traces ] || run "$n" coexec-edge
-[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_kernel-slices \
-  104x104x64-128-k3s1/H_0.7 104x104x64-128-k3s1/H_0.7_kernel-slices 104x104x64-128-k3s1/gpu-only
+[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_gpu-copies \
+  104x104x64-128-k3s1/H_0.8_kernel-slices 104x104x64-128-k3s1/H_0.7 \
+  104x104x64-128-k3s1/H_0.7_kernel-slices 104x104x64-128-k3s1/gpu-only

@@ -95,9 +95,9 @@ def main() -> int:
     b.add_argument("--splits", default="OC@0.75,H@0.5", help="DIM@GPU_SHARE,...")
     b.add_argument("--ops", default="", help="only ops whose id starts so (e.g. matmul,conv2d_1)")
     b.add_argument("--out", default=".devcarry/determinism")
-    b.add_argument("--block-copies", action="store_true",
-                   help="split with block copies "
-                        "(results/determinism-block-copies-{full,edge}.json)")
+    b.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
+                   help="split with block copies or without (default: as compile does, with "
+                        "them on CUDA; --no-block-copies: results/determinism-{full,edge}.json)")
     r = sub.add_parser("run")
     r.add_argument("artifacts")
     r.add_argument("-o", "--output", required=True)

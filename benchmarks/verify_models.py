@@ -45,7 +45,7 @@ CASES: dict[str, tuple[dict, list[tuple[str, str, float, bool]]]] = {
 }
 
 
-def build(out: Path, pair_name: str, block_copies: bool = False) -> int:
+def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
     import warnings
 
     import onnxruntime as ort
@@ -127,8 +127,9 @@ def main() -> int:
     b.add_argument("-o", "--output", default=".devcarry/verify")
     b.add_argument("--pair", default="x86-cuda",
                    help="x86-cuda (the H100 machine) or a preset, e.g. cpu-pair to try it here")
-    b.add_argument("--block-copies", action="store_true",
-                   help="splits with block copies (results/verify-block-copies-{full,edge}.json)")
+    b.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
+                   help="splits with block copies or without (default: as compile does, with "
+                        "them on CUDA; --no-block-copies: results/verify-{full,edge}.json)")
     r = sub.add_parser("run")
     r.add_argument("folder")
     r.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."),

@@ -225,9 +225,9 @@ class DevicePair:
 
     @property
     def runs_block_copies(self) -> bool:
-        """True where a split's row slices and concat can be 2-D copies: a CUDA GPU
-        (``cudaMemcpy2DAsync``; :class:`~codl_tvm.passes.LowerSlicesToBlockCopies`, off by
-        default: measured end to end, it did not pay)."""
+        """True where a split's row slices and concat are 2-D copies, and the GPU's kernels
+        read and write their rows of the whole tensors, by default: a CUDA GPU
+        (``cudaMemcpy2DAsync``; :class:`~codl_tvm.passes.LowerSlicesToBlockCopies`)."""
         return self.gpu_spec["kind"] == "cuda"
 
     def runtime_kind(self, role: str) -> str:

@@ -16,6 +16,7 @@ from .device import DevicePair, vdevice_index
 from .frontend import OUTPUT_NAMES_ATTR
 from .graph import entry_function
 from .outputs import atomic_folder, write_json
+from .passes.block_params import BLOCK_PARAMS_ATTR
 from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
 from .pipeline import codl_pipeline
@@ -41,6 +42,9 @@ class Executable:
         self.vm_exec, self.manifest, self.params = vm_exec, manifest, params
         self.mod = mod  # the lowered module, for inspection
         self._runner: runtime.Runner | None = None
+        # what the runtime may run instead, fastest first (compile's ``guard``): name -> an
+        # executable written beside this one, or the path of an artifact relative to it
+        self.alternatives: dict[str, Executable | str] = {}
 
     @property
     def runner(self) -> runtime.Runner:
@@ -95,6 +99,8 @@ class Executable:
         cannot travel to. ``write_library(folder)``
         replaces the default ``lib.so`` writer (cross-compilation: see
         :func:`codl_tvm.deploy.cross.export_for_device`) and returns manifest entries to add.
+        :attr:`alternatives` go into ``alternatives/NAME`` (or are referred to by their path)
+        and the manifest lists them: :func:`codl_tvm.runtime.load` runs the fastest.
         """
         with atomic_folder(path, inputs, overwrite) as tmp:
             manifest = dict(self.manifest)
@@ -106,6 +112,13 @@ class Executable:
                 np.savez(tmp / runtime.PARAMS, **self.params)
             else:
                 manifest["weights"] = "random"
+            if self.alternatives:
+                manifest["alternatives"] = []
+            for name, alt in self.alternatives.items():
+                where = alt if isinstance(alt, str) else f"alternatives/{name}"
+                if not isinstance(alt, str):
+                    alt.export(tmp / where, weights, write_library)
+                manifest["alternatives"].append({"name": name, "dir": where})
             write_json(tmp / runtime.MANIFEST, manifest)
         return Path(path)
 
@@ -113,7 +126,8 @@ class Executable:
 def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
     variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
-    overlap: bool | None = None, block_copies: bool = False,
+    overlap: bool | None = None, block_copies: bool | None = None,
+    block_in_kernels: bool = True, guard: bool = False,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -142,15 +156,31 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         Run kernels on a stream of their own so that a split's copies overlap them
         (:class:`~codl_tvm.passes.OverlapCopies`); None: where the GPU is CUDA. Needs
         ``staging``. Recorded in the manifest (``overlap``).
-    block_copies : bool
+    block_copies : bool, optional
         Move a split's row slices and its concat with 2-D copies instead of kernels
-        (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`; CUDA GPUs and the CPU pair). Off
-        by default: on an H200 held to 8 SMs it made codl plans 0.97-1.02x as fast
-        (``benchmarks/COEXEC.md``); it pays on large activations at few SMs. Needs
-        ``staging``. Recorded in the manifest (``block_copies``).
+        (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`; CUDA GPUs and the CPU pair).
+        None: where the GPU is CUDA (:attr:`DevicePair.runs_block_copies`; measured at 8 SMs
+        of an H200, ``benchmarks/COEXEC.md``). Needs ``staging``. Recorded in the manifest
+        (``block_copies``).
+    block_in_kernels : bool
+        With ``block_copies``: the GPU part's kernel reads its rows from the whole input and
+        writes them into the whole output, where it is one kernel at each end (no copy
+        within the GPU; :func:`~codl_tvm.passes.block_params.on_whole_tensors`). False keeps
+        copies within the GPU (to compare). Recorded in the manifest
+        (``kernels_on_whole_tensors``: how many kernels do).
+    guard : bool
+        Where ``plan`` uses both processors, also build the model on each processor alone
+        (:attr:`Executable.alternatives`): the runtime times the three where it loads the
+        artifact and runs the fastest, so the plan never runs slower than a single processor
+        of the machine at hand (a predictor fitted on another machine can misjudge its
+        speeds). Loading then takes a few runs of each.
     """
     if plan is not None:
         plan.validate(mod)
+    options = {"staging": staging, "variants": variants, "fuse": fuse, "cuda_graph": cuda_graph,
+               "overlap": overlap}  # what the guard's single-processor builds share
+    if block_copies is None:
+        block_copies = pair.runs_block_copies
     if block_copies and not (pair.runs_block_copies or pair.is_cpu_only):
         raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); the GPU of pair "
                          f"{pair.name!r} is {pair.gpu_spec['kind']}")
@@ -158,7 +188,8 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
                                 cuda_graph=cuda_graph, overlap=overlap,
-                                block_copies=block_copies)(mod)
+                                block_copies=block_copies,
+                                block_in_kernels=block_in_kernels)(mod)
         lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
         staging = list(_module_attr(lowered, STAGING_ATTR, []))
         lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
@@ -168,10 +199,18 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     manifest["fused"] = bool(fuse)
     manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
     manifest["block_copies"] = calls_extern(lowered, streams.COPY_BLOCK)
+    manifest["kernels_on_whole_tensors"] = sum(
+        1 for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
+        and f.attrs is not None and BLOCK_PARAMS_ATTR in f.attrs)
     # captured or not, as the lowering decided (a plan with a CPU op or a split is not)
     manifest["cuda_graph"] = any(gv.name_hint.endswith("cuda_graph_capture")
                                  for gv in lowered.functions)
-    return Executable(vm_exec, manifest, params, lowered)
+    exe = Executable(vm_exec, manifest, params, lowered)
+    if guard and plan is not None and plan.single_device() is None:
+        for role in ("gpu", "cpu"):  # the same build options, one processor
+            exe.alternatives[f"{role}-only"] = compile(mod, pair, Plan.single(mod, role),
+                                                       **options)
+    return exe
 
 
 def _warn_old_switches() -> None:

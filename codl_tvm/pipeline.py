@@ -41,12 +41,15 @@ def schedule_pass() -> tvm.transform.Pass:
 
 
 def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False,
-                 block_copies: bool = False) -> list[tvm.transform.Pass]:
+                 block_copies: bool = False, block_in_kernels: bool = True
+                 ) -> list[tvm.transform.Pass]:
     """TVM's default VM lowering minus StaticPlanBlockMemory; ``staging`` adds
     :class:`StageCrossDeviceCopies` (CPU<->GPU copies through buffers the runner makes once),
     ``overlap`` (with ``staging``) :class:`OverlapCopies` (kernels on a stream of their own,
     copies ordered by events), ``block_copies`` (with ``staging``)
-    :class:`LowerSlicesToBlockCopies` (a split's row slices and concat as 2-D copies).
+    :class:`LowerSlicesToBlockCopies` (a split's row slices and concat as 2-D copies; with
+    ``block_in_kernels`` the GPU part's kernels read and write their blocks of the whole
+    tensors instead of copies within the GPU).
 
     TVM 0.27's static planner reuses one device's storage for another device's tensor in
     split-then-concat modules (apache/tvm#20207): a CPU kernel then writes into GPU memory.
@@ -67,7 +70,7 @@ def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool 
         rt.KillAfterLastUse(),
         rt.LowerRuntimeBuiltin(),
         *([StageCrossDeviceCopies(), WriteSplitOutputsInPlace()] if staging else []),
-        *([LowerSlicesToBlockCopies()] if staging and block_copies else []),
+        *([LowerSlicesToBlockCopies(block_in_kernels)] if staging and block_copies else []),
         *([OverlapCopies()] if staging and overlap else []),
         rt.ComputePrimValue(),
         rt.VMShapeLower(),
@@ -134,7 +137,7 @@ def texture_phases(
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
     fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
-    block_copies: bool = False,
+    block_copies: bool = False, block_in_kernels: bool = True,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
@@ -153,7 +156,8 @@ def phases(
     that a split's copies run beside them (:class:`~codl_tvm.passes.OverlapCopies`; with
     ``staging`` only). ``block_copies`` moves a split's row slices and concat with 2-D copies
     instead of kernels (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`; with ``staging``,
-    on a CUDA GPU or the CPU pair; off by default).
+    on a CUDA GPU or the CPU pair; off by default); ``block_in_kernels`` (with it, the default)
+    lets the GPU part's kernels read and write their blocks of the whole tensors.
 
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
@@ -168,7 +172,7 @@ def phases(
         ("schedule", [schedule_pass()]),
         ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan),
                                pair.overlaps_copies if overlap is None else overlap,
-                               block_copies)),
+                               block_copies, block_in_kernels)),
     ]
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
@@ -185,12 +189,13 @@ def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
     cuda_graph: bool = False, overlap: bool | None = None, block_copies: bool = False,
+    block_in_kernels: bool = True,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
     when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``,
-    ``block_copies``: see :func:`phases`.
+    ``block_copies``, ``block_in_kernels``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -201,7 +206,8 @@ def codl_pipeline(
         seq: list[tvm.transform.Pass] = []
         for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
                                    cuda_graph=cuda_graph, overlap=overlap,
-                                   block_copies=block_copies):
+                                   block_copies=block_copies,
+                                   block_in_kernels=block_in_kernels):
             seq.extend(passes)
             if name == until:
                 break

@@ -34,6 +34,7 @@ from .profiler.nvcc import compile_cuda
 
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
+GUARD_ROUNDS = 5  # interleaved timing rounds when an artifact's alternatives are compared
 ARTIFACT_VERSION = 1
 
 _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
@@ -87,6 +88,9 @@ class Runner:
 
     def __init__(self, module: Any, manifest: dict[str, Any], params: dict[str, np.ndarray]):
         self.manifest = manifest
+        # where :func:`load` chose this runner among an artifact's alternatives: what it
+        # measured ({"chosen": name, "latency_ms": {name: ms}})
+        self.choice: dict[str, Any] | None = None
         self.devices = [_device(kind, index) for kind, index in manifest["devices"]]
         for dev, (kind, index) in zip(self.devices, manifest["devices"]):
             if not dev.exist:
@@ -165,9 +169,15 @@ def _flatten(value: Any) -> list[np.ndarray]:
     return out
 
 
-def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None) -> Runner:
+def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
+         choose: bool = True) -> Runner:
     """Load an artifact folder written by :meth:`codl_tvm.Executable.export`; ``params``
-    replaces its weights (its own, or random ones where it was exported without)."""
+    replaces its weights (its own, or random ones where it was exported without).
+
+    An artifact built with alternatives (``compile(..., guard=True)``: the plan's best single
+    processors) is timed here against them, and the fastest is returned (:func:`fastest`;
+    its ``choice`` says what was measured), unless ``choose`` is False or ``params`` is given
+    (the alternatives hold weights of their own)."""
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text())
@@ -183,7 +193,33 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None) -
     elif params is None:
         with np.load(path / PARAMS, allow_pickle=False) as npz:
             params = {k: npz[k] for k in npz.files}
-    return Runner(module, manifest, params)
+    else:
+        choose = False
+    runner = Runner(module, manifest, params)
+    alternatives = manifest.get("alternatives", [])
+    if not (choose and alternatives):
+        return runner
+    runners = {"plan": runner}
+    runners |= {a["name"]: load(path / a["dir"], choose=False) for a in alternatives}
+    return fastest(runners)
+
+
+def fastest(runners: dict[str, Runner], rounds: int = GUARD_ROUNDS) -> Runner:
+    """The runner of ``runners`` with the lowest median latency, timed in interleaved rounds
+    on random inputs after a warm-up run each; its ``choice`` records the medians. This is
+    the guard that keeps a plan from running slower than its best single processor on the
+    machine at hand (whose speeds a predictor fitted elsewhere may misjudge)."""
+    inputs = {name: r.random_inputs(0) for name, r in runners.items()}
+    for name, r in runners.items():
+        r.run(inputs[name])
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, r in runners.items():
+            times[name].append(r.time(inputs[name], repeat=3))
+    latency_ms = {name: 1e3 * float(np.median(t)) for name, t in times.items()}
+    best = min(latency_ms, key=latency_ms.get)
+    runners[best].choice = {"chosen": best, "latency_ms": latency_ms}
+    return runners[best]
 
 
 def random_weights(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
@@ -201,10 +237,20 @@ def output_names(manifest: dict[str, Any], count: int) -> list[str]:
     return list(names)
 
 
+def guard_line(choice: dict[str, Any]) -> str:
+    """One line of what the guard measured: ``guard: runs gpu-only (9.4 ms; plan 12.7 ms,
+    cpu-only 30.9 ms)``."""
+    ms = choice["latency_ms"]
+    others = ", ".join(f"{n} {v:.3f} ms" for n, v in ms.items() if n != choice["chosen"])
+    return f"guard: runs {choice['chosen']} ({ms[choice['chosen']]:.3f} ms; {others})"
+
+
 def run_and_report(runner: Runner, inputs: str | None, output: str | None, time: bool,
                    repeat: int, where: str = "") -> None:
     """What ``run`` prints: inputs from an .npz (random when None), output shapes, the outputs
     saved to ``output`` (.npz, model order), and the median latency when ``time``."""
+    if runner.choice is not None:
+        print(guard_line(runner.choice))
     if inputs:
         with np.load(inputs, allow_pickle=False) as npz:
             values = {k: npz[k] for k in npz.files}

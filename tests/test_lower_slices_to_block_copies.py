@@ -9,6 +9,7 @@ chained zoo models here). On a CUDA GPU the same calls are ``cudaMemcpy2DAsync``
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -21,6 +22,7 @@ from tvm import relax
 
 import codl_tvm
 from codl_tvm import Plan, streams, zoo
+from codl_tvm.passes.block_params import BLOCK_PARAMS_ATTR, on_whole_tensors
 from codl_tvm.passes.lower_slices_to_block_copies import block_copy_args, row_block
 from codl_tvm.passes.stage_cross_device_copies import COPY
 
@@ -78,16 +80,80 @@ def test_a_row_split_has_no_slice_or_concat_kernel_left():
     mod = conv_model(8, 16, 12, 3, 1, 1)
     plan = Plan.uniform(mod, "H", 0.5)
     before = codl_tvm.compile(mod, PAIR, plan)
+    copies = codl_tvm.compile(mod, PAIR, plan, block_copies=True, block_in_kernels=False)
     after = codl_tvm.compile(mod, PAIR, plan, block_copies=True)
     assert before.manifest["block_copies"] is False  # off by default on the CPU pair
     assert any(k.startswith(("strided_slice", "concatenate")) for k in kernels(before))
-    assert after.manifest["block_copies"] is True
-    assert not any(k.startswith(("strided_slice", "concatenate")) for k in kernels(after))
-    calls = extern_calls(after)
+    for exe in (copies, after):
+        assert exe.manifest["block_copies"] is True
+        assert not any(k.startswith(("strided_slice", "concatenate")) for k in kernels(exe))
+        # the GPU tensor the CPU's part was copied into is gone with the concat
+        assert len(exe.manifest["staging"]) == len(before.manifest["staging"])
     # rows to the CPU, rows within the GPU, and the two parts into the output
-    assert calls.count(streams.COPY_BLOCK) == 4 and COPY not in calls
-    # the GPU tensor the CPU's part was copied into is gone with the concat
-    assert len(after.manifest["staging"]) == len(before.manifest["staging"])
+    assert extern_calls(copies).count(streams.COPY_BLOCK) == 4 and COPY not in extern_calls(copies)
+    assert copies.manifest["kernels_on_whole_tensors"] == 0
+    # the GPU's kernel reads its rows of the input and writes its rows of the output: the
+    # CPU's rows out and its part in are the only copies, and nothing unused is built
+    assert extern_calls(after).count(streams.COPY_BLOCK) == 2 and COPY not in extern_calls(after)
+    assert after.manifest["kernels_on_whole_tensors"] == 1
+    gpu_kernel = next(k for k in kernels(after) if k.endswith("_block0_d0"))
+    assert gpu_kernel.startswith("fused_conv2d") and len(kernels(after)) == 2
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 13)).astype("float32")
+    ref = codl_tvm.compile(mod, PAIR).run({"x": x})[0]
+    for exe in (copies, after):
+        assert rel_err(exe.run({"x": x})[0], ref) <= 1e-5
+
+
+@settings(max_examples=25, deadline=None)
+@given(h=st.integers(1, 9), axis=st.sampled_from([1, 2]), data=st.data())
+def test_a_kernel_on_a_block_of_the_whole_tensor_computes_what_it_did_on_the_block(
+        h, axis, data):
+    # a conv + relu kernel as scheduled for the CPU, on a block of a bigger input and output
+    mod = conv_model(4, 8, h, 3, 1, 1)
+    func = next(f for f in codl_tvm.compile(mod, PAIR).mod.functions.values()
+                if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in str(f.attrs["global_symbol"]))
+    shapes = [[int(d) for d in p.shape] for p in func.params]
+    first_in, first_out = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    whole_in = [d + (first_in + 2 if i == axis else 0) for i, d in enumerate(shapes[0])]
+    whole_out = [d + (first_out + 1 if i == axis else 0) for i, d in enumerate(shapes[-1])]
+    blocks = {0: (whole_in, (axis, first_in, shapes[0][axis])),
+              len(shapes) - 1: (whole_out, (axis, first_out, shapes[-1][axis]))}
+    moved = on_whole_tensors(func, blocks)
+    assert moved is not None and json.loads(moved.attrs[BLOCK_PARAMS_ATTR])["0"][:2] == [
+        axis, first_in]
+    rng = np.random.default_rng(h)
+    x = rng.standard_normal(whole_in).astype("float32")
+    args = [rng.standard_normal(s).astype("float32") for s in shapes[1:-1]]
+    index_in = tuple(slice(first_in, first_in + shapes[0][axis]) if i == axis else slice(None)
+                     for i in range(4))
+    index_out = tuple(slice(first_out, first_out + shapes[-1][axis]) if i == axis
+                      else slice(None) for i in range(4))
+    target = tvm.target.Target(func.attrs["target"])
+
+    def run(f, inp, out_shape):
+        lib = tvm.tirx.build(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}),
+                             target=target)
+        out = tvm.runtime.tensor(np.full(out_shape, 7.0, "float32"))
+        lib["main"](tvm.runtime.tensor(np.ascontiguousarray(inp)),
+                    *map(tvm.runtime.tensor, args), out)
+        return out.numpy()
+
+    ref = run(func, x[index_in], shapes[-1])
+    got = run(moved, x, whole_out)
+    np.testing.assert_array_equal(got[index_out], ref)
+    untouched = np.ones(whole_out, bool)
+    untouched[index_out] = False
+    assert (got[untouched] == 7.0).all()  # nothing written outside its block
+
+
+def test_a_kernel_that_takes_a_pointer_of_a_tensor_is_not_moved():
+    buf = tvm.tirx.decl_buffer((4,), "float32", name="a")
+    out = tvm.tirx.decl_buffer((4,), "float32", name="b")
+    body = tvm.tirx.Evaluate(tvm.tirx.call_extern("int32", "memcpy", out.data, buf.data, 16))
+    func = tvm.tirx.PrimFunc([buf, out], body)
+    assert on_whole_tensors(func, {0: ([8], (0, 2, 4))}) is None
+    with pytest.raises(ValueError, match="is not block"):
+        on_whole_tensors(func, {0: ([8], (0, 2, 3))})
 
 
 def test_a_channel_split_written_in_place_is_left_alone():
@@ -97,14 +163,16 @@ def test_a_channel_split_written_in_place_is_left_alone():
     assert not any(k.startswith("concatenate") for k in kernels(exe))
 
 
-def test_off_by_default_and_built_for_cuda_when_asked():
+def test_on_by_default_for_cuda_and_off_when_asked():
     pair = codl_tvm.DevicePair.preset("x86-cuda", arch="sm_90")
     assert pair.runs_block_copies and not PAIR.runs_block_copies
     mod = conv_model(8, 16, 12, 3, 1, 1)
-    assert codl_tvm.compile(mod, pair, Plan.uniform(mod, "H", 0.5)).manifest[
-        "block_copies"] is False
-    on = codl_tvm.compile(mod, pair, Plan.uniform(mod, "H", 0.5), block_copies=True)
-    assert on.manifest["block_copies"] is True
+    on = codl_tvm.compile(mod, pair, Plan.uniform(mod, "H", 0.5))
+    assert on.manifest["block_copies"] is True and on.manifest["kernels_on_whole_tensors"] == 1
+    off = codl_tvm.compile(mod, pair, Plan.uniform(mod, "H", 0.5), block_copies=False)
+    assert off.manifest["block_copies"] is False
+    assert codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", 0.5)).manifest[
+        "block_copies"] is False  # the CPU pair runs them only when asked
     opencl = codl_tvm.DevicePair.preset("android-opencl")
     with pytest.raises(ValueError, match="block_copies needs a CUDA GPU"):
         codl_tvm.compile(mod, opencl, Plan.uniform(mod, "H", 0.5), block_copies=True)
@@ -125,14 +193,26 @@ def test_chained_zoo_splits_equal_the_unsplit_model(name, shape, tmp_path):
             exe = codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", ratio, chain=chain),
                                    overlap=True, block_copies=True)
         assert exe.manifest["block_copies"] is True
+        assert exe.manifest["kernels_on_whole_tensors"] > 0
         for _ in range(2):
             assert rel_err(exe.run(inputs)[0], ref) <= 1e-5
 
 
-def test_with_overlap_each_part_goes_into_the_output_when_it_is_done():
+def test_a_depthwise_channel_split_reads_its_channels_of_the_whole_input():
+    mod = conv_model(16, 16, 9, 3, 1, 16)
+    x = np.random.default_rng(2).standard_normal((1, 16, 9, 10)).astype("float32")
+    ref = codl_tvm.compile(mod, PAIR).run({"x": x})[0]
+    exe = codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "OC", 0.5), block_copies=True)
+    assert exe.manifest["kernels_on_whole_tensors"] == 1
+    assert not any(k.startswith("strided_slice") for k in kernels(exe))
+    assert rel_err(exe.run({"x": x})[0], ref) <= 1e-5
+
+
+@pytest.mark.parametrize("in_kernels", [False, True])
+def test_with_overlap_each_part_goes_into_the_output_when_it_is_done(in_kernels):
     mod = conv_model(8, 16, 12, 3, 1, 1)
     exe = codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", 0.5), overlap=True,
-                           block_copies=True)
+                           block_copies=True, block_in_kernels=in_kernels)
     bs = [b for block in exe.mod["main"].body.blocks for b in block.bindings]
 
     def name(b):
@@ -150,10 +230,16 @@ def test_with_overlap_each_part_goes_into_the_output_when_it_is_done():
                     and n.endswith("_d0"))
     result = exe.mod["main"].body.body
     into_output = [i for i in copies if bs[i].value.args[1].same_as(result)]
-    assert len(into_output) == 2
-    gpu_copy, cpu_copy = into_output
-    # the GPU part's rows are copied right after its kernel, before the host runs the CPU part
-    assert gpu_part < gpu_copy < names.index(streams.HOST_WAITS) < cpu_part < cpu_copy
+    if in_kernels:  # the GPU's kernel writes its rows of the output itself
+        assert bs[gpu_part].value.args[-1].same_as(result)
+        (cpu_copy,) = into_output
+        # the CPU's rows go first, the GPU part is launched before the host waits for them
+        assert copies[0] < gpu_part < names.index(streams.HOST_WAITS) < cpu_part < cpu_copy
+    else:
+        assert len(into_output) == 2
+        gpu_copy, cpu_copy = into_output
+        # the GPU part's rows are copied right after its kernel, before the CPU part runs
+        assert gpu_part < gpu_copy < names.index(streams.HOST_WAITS) < cpu_part < cpu_copy
     # the output was allocated before the CPU part: its copy waits for no kernel
     assert names[cpu_copy - 1] != streams.COPIES_WAIT
     assert names[cpu_copy + 1] == streams.KERNELS_WAIT

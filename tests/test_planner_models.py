@@ -185,6 +185,26 @@ def test_offline_bench_bundle_runs_runtime_only(measured, tmp_path):
             assert twin["latency_ms"] == r["latency_ms"]
 
 
+def test_a_guarded_bench_bundle_runs_the_fastest_and_records_the_choice(measured, tmp_path):
+    from codl_tvm.cli import main
+    from codl_tvm.planner import bundle
+
+    _, cache = measured
+    folder = tmp_path / "bundle"
+    assert main(["bench", "tiny-cnn", "--pair", "cpu-pair", "--predictor", "measured",
+                 "--cache", str(cache), "--plans", "eop-equal", "--guard",
+                 "--bundle", str(folder)]) == 0
+    manifest = json.loads((folder / "tiny-cnn" / "eop-equal" / "manifest.json").read_text())
+    assert manifest["alternatives"] == [{"name": "gpu-only", "dir": "../gpu-only"},
+                                        {"name": "cpu-only", "dir": "../cpu-only"}]
+    rows = bundle.run(folder, tmp_path / "rows.json", rounds=2)["tiny-cnn"]
+    by = {r["plan"]: r for r in rows}
+    guard = by["eop-equal"]["guard"]
+    assert set(guard["latency_ms"]) == {"plan", "gpu-only", "cpu-only"}
+    assert guard["latency_ms"][guard["chosen"]] == min(guard["latency_ms"].values())
+    assert "guard" not in by["gpu-only"]
+
+
 def test_bench_bundle_runner_names_a_missing_bundle(tmp_path):
     from codl_tvm.commands.artifact import bundle_main
     from codl_tvm.planner import bundle

@@ -259,8 +259,8 @@ def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
     from codl_tvm.predictor.split_sharing import SplitUnit, price_split
 
     cuda = DevicePair.preset("x86-cuda", arch="sm_90")
-    assert type(for_pair(AnalyticCosts(), cuda)) is OverlappedCosts  # off by default
-    assert isinstance(for_pair(AnalyticCosts(), cuda, block_copies=True), BlockCopyCosts)
+    assert type(for_pair(AnalyticCosts(), cuda, block_copies=False)) is OverlappedCosts
+    assert isinstance(for_pair(AnalyticCosts(), cuda), BlockCopyCosts)  # on by default
     spec = OpSpec("conv2d", 28, 28, 4, 8, 3, 3, pad=(1,) * 4)
     node = OpNode("conv2d_0", "conv2d", spec, 0, [1, 4, 28, 28], [1, 8, 28, 28], 4 * 8 * 9,
                   ("H", "OC"), [], {"H": True, "OC": True}, 0)
@@ -270,10 +270,13 @@ def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
         assert over.lead_us > 0 and over.join_us > 0  # a slice kernel first, a concat last
         assert blocks.lead_us == 0 and blocks.join_us == 0
         assert blocks.cpu_side_us == pytest.approx(over.cpu_side_us)
-        # the GPU's rows and its part's copy into the output, on the GPU's side
-        parts = price_split(AnalyticCosts().sharing_us, SplitUnit.of(spec, "H", ratio), True)
+        # the GPU's kernel reads and writes its rows of the whole tensors: nothing moves on
+        # the GPU's side; built with copies within the GPU, its rows and part are copied
+        assert blocks.gpu_side_us == 0
+        unit = SplitUnit.of(spec, "H", ratio)
+        parts = price_split(AnalyticCosts().sharing_us, unit, True, in_kernels=False)
         assert parts.lead_us == parts.join_us == 0 and parts.gpu_join_us > 0
-        assert blocks.gpu_side_us == pytest.approx(parts.gpu_slice_us + parts.gpu_join_us)
+        assert parts.gpu_slice_us > 0 and parts.cpu_side_us == pytest.approx(over.cpu_side_us)
     # a channel split of a batch-1 output is written in place: nothing to copy in
     oc = Evaluator(BlockCopyCosts(AnalyticCosts()), [node]).unit([node], "OC", 0.5)
     assert oc.join_us == 0 and oc.gpu_side_us == 0

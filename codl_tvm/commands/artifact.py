@@ -52,9 +52,12 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true",
                    help="one CUDA stream for kernels and copies (default on a CUDA GPU: "
                         "kernels on a stream of their own, a split's copies beside them)")
-    p.add_argument("--block-copies", action="store_true",
-                   help="slice and join a split's rows with 2-D copies instead of kernels "
-                        "(CUDA; pays on large activations at few SMs; plan with the same flag)")
+    p.add_argument("--guard", action="store_true",
+                   help="also build the model on each processor alone; the runtime times them "
+                        "against the plan where it loads the artifact and runs the fastest")
+    p.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
+                   help="slice and join a split's rows with 2-D copies, the GPU's kernels on "
+                        "the whole tensors (default on a CUDA GPU; plan with the same flag)")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -69,7 +72,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
                   cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None,
-                  block_copies=args.block_copies)
+                  block_copies=args.block_copies, guard=args.guard)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

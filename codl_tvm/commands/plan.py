@@ -39,8 +39,9 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--strategy", default="codl", choices=list(STRATEGIES))
     p.add_argument("-o", "--output", required=True, help="plan JSON to write")
-    p.add_argument("--block-copies", action="store_true",
-                   help="price splits as `compile --block-copies` builds them (2-D copies)")
+    p.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
+                   help="price splits as `compile` builds them with (default on a CUDA GPU) "
+                        "or without 2-D block copies")
 
 
 def _run_plan(args: argparse.Namespace) -> int:
@@ -72,6 +73,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", metavar="DIR",
                    help="offline: compile the plans into DIR and stop; time them on the target "
                         "with `python -m codl_tvm.planner.bundle DIR -o rows.json`")
+    p.add_argument("--guard", action="store_true",
+                   help="with --bundle: plans that use both processors run the fastest of "
+                        "themselves, gpu-only and cpu-only, timed where they load")
     add_rpc_arguments(p)
 
 
@@ -113,7 +117,10 @@ def _run_bench(args: argparse.Namespace) -> int:
 def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> int:
     from ..planner import bundle
 
-    entry = bundle.build(args.bundle, Path(args.model).stem, mod, pair, names, costs, oracle)
+    if args.guard:  # the alternatives every guarded plan refers to
+        names = list(dict.fromkeys(["gpu-only", "cpu-only", *names]))
+    entry = bundle.build(args.bundle, Path(args.model).stem, mod, pair, names, costs, oracle,
+                         guard=args.guard)
     distinct = sum("same_as" not in p for p in entry["plans"].values())
     print(f"wrote {len(entry['plans'])} plans ({distinct} distinct) of {args.model} to "
           f"{args.bundle}; on the target: python -m codl_tvm.planner.bundle {args.bundle} "

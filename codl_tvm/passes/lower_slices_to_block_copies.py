@@ -4,21 +4,21 @@ A split by rows reads a block of its input's rows on each side and writes the tw
 the output's rows. In NCHW a block of rows is one strided 2-D region (N*C runs of rows*W
 elements), so TVM slices it with a kernel and joins the parts with a ``concatenate`` kernel
 that waits for both parts. One 2-D copy (:func:`codl_tvm.streams.copy_block`,
-``cudaMemcpy2DAsync``) moves the same block, and lets each part move when it is ready. The
-copies are not faster than the kernels per byte (under MPS a copy within the GPU is held to the
-process's SMs too), and each costs a Python call, so the pass is opt-in
-(``compile(..., block_copies=True)``): measured on an H200 at 8 SMs it pays on large
-activations and loses on small ones (``benchmarks/COEXEC.md``). This pass, run on the lowered
-VM code after
-:class:`StageCrossDeviceCopies` and :class:`WriteSplitOutputsInPlace` and before
-:class:`OverlapCopies`, rewrites:
+``cudaMemcpy2DAsync``) moves the same block, and lets each part move when it is ready; the
+GPU's own kernel can read and write its block of the whole tensors, so that nothing moves on
+the GPU's side (``in_kernels``; :mod:`~codl_tvm.passes.block_params`). The default on a CUDA
+GPU (``compile(..., block_copies=None)``; measured in ``benchmarks/COEXEC.md``). Run on the
+lowered VM code after :class:`StageCrossDeviceCopies` and :class:`WriteSplitOutputsInPlace`
+and before :class:`OverlapCopies`, it rewrites:
 
 - **slice, then copy to the CPU**: the copy takes the rows from the full tensor; the slice
   kernel and its tensor go;
-- **slice on the GPU**: a copy within the GPU, in order with the kernels (their stream);
+- **slice on the GPU**: the one kernel that reads it reads its rows of the whole tensor
+  (``in_kernels``), else a copy within the GPU, in order with the kernels (their stream);
 - **concat of a GPU part and a copied-back CPU part** (the parts not contiguous, else
-  :class:`WriteSplitOutputsInPlace` took them): the GPU part is copied into its rows of the
-  output within the GPU, the CPU part straight from its staging buffer into the rest; the
+  :class:`WriteSplitOutputsInPlace` took them): the kernel that writes the GPU part writes its
+  rows of the output (``in_kernels``; else the part is copied into them within the GPU), the
+  CPU part goes straight from its staging buffer into the rest; the
   concat kernel and the CPU part's GPU tensor go. The output is allocated where the GPU part
   is, before the CPU part runs: allocated after that part's inputs were freed, its memory
   might still be read by kernels in flight, and the copy into it would have to wait for them.
@@ -40,6 +40,7 @@ from tvm import relax
 
 from ..device import ROLES
 from ..streams import COPY_BLOCK
+from .block_params import Block, on_whole_tensors, without_unused_kernels
 from .stage_cross_device_copies import (
     ALLOC_TENSOR,
     COPY,
@@ -52,8 +53,6 @@ from .stage_cross_device_copies import (
     tensor_role,
     with_main,
 )
-
-Block = tuple[int, int, int]  # (axis, first index, length) along one axis
 
 
 def row_block(func: tvm.tirx.PrimFunc) -> tuple[list[int], list[int], Block] | None:
@@ -119,14 +118,18 @@ def _copy_block(src: relax.Expr, dst: relax.Expr, geometry: list[int]) -> relax.
 class _Lower:
     """Rewrites the bindings of one lowered ``main``."""
 
-    def __init__(self, mod: tvm.IRModule, func: relax.Function, gpu: int, cpu: int):
-        self.mod, self.gpu, self.cpu = mod, gpu, cpu
+    def __init__(self, mod: tvm.IRModule, func: relax.Function, gpu: int, cpu: int,
+                 in_kernels: bool = True):
+        self.mod, self.gpu, self.cpu, self.in_kernels = mod, gpu, cpu, in_kernels
         self.vdevices = list(mod.global_infos["vdevice"])
         self.bindings, self.defs, self.uses = bindings_of(func)
         self.drop: set[relax.Var] = set()
         self.replace: dict[relax.Var, list[relax.Binding]] = {}
         self.before: dict[relax.Var, list[relax.Binding]] = {}  # moved allocations
         self.after: dict[relax.Var, list[relax.Binding]] = {}  # copies issued early
+        # kernels that take a whole tensor for a block: binding -> {arg: (tensor, shape, block)}
+        self.whole: dict[relax.Var, dict[int, tuple[relax.Var, list[int], Block]]] = {}
+        self.order = {b.var: i for i, b in enumerate(self.bindings)}
 
     def _role(self, var: relax.Expr) -> int | None:
         return tensor_role(var, self.defs, self.vdevices)
@@ -188,6 +191,8 @@ class _Lower:
                 self.drop.add(copies[0].var)
                 self.replace[b.var] = [_copy_block(src, copies[0].value.args[1], args), *syncs]
             elif self._role(src) == self.gpu and self._role(dst) == self.gpu:
+                if self.in_kernels and self._read_in_place(b, src, dst, whole, block):
+                    continue
                 self.replace[b.var] = [_copy_block(src, dst, args)]
 
     def concats(self) -> None:
@@ -201,7 +206,7 @@ class _Lower:
                 continue
             axis, nbytes = axes[0], func.params[0].dtype.bits // 8
             out, first = b.value.args[2], 0
-            bindings, uploaded = [], False
+            bindings, uploaded, gpu_block = [], False, None
             for part, shape in zip(b.value.args[:2], shapes[:2]):
                 block = (axis, first, shape[axis])
                 first += shape[axis]
@@ -217,13 +222,90 @@ class _Lower:
                     uploaded = True
                 else:
                     bindings.insert(0, _copy_block(part, out, args))
-                    gpu_part = part
+                    gpu_part, gpu_block = part, block
             self.replace[b.var] = bindings
             if uploaded and len(bindings) == 2 and self._allocate_early(out, gpu_part):
                 writer = self._last_writer(gpu_part, before=b.var)
-                if writer is not None:  # the GPU part's copy goes as soon as it is written
+                if writer is None:
+                    continue
+                self.replace[b.var] = bindings[1:]
+                if not (self.in_kernels and self._write_in_place(
+                        writer, gpu_part, out, shapes[2], gpu_block, b.var)):
+                    # the GPU part's copy goes as soon as it is written
                     self.after.setdefault(writer, []).append(bindings[0])
-                    self.replace[b.var] = bindings[1:]
+
+    def _kernel_taking(self, users: list[relax.Binding], var: relax.Var
+                       ) -> tuple[relax.Binding, int] | None:
+        """The one kernel call among ``users`` and where it takes ``var`` (once), if its
+        kernel can take a whole tensor there."""
+        calls = [u for u in users if self._kernel(u.value, "") is not None]
+        if len(calls) != 1:
+            return None
+        at = [i for i, a in enumerate(calls[0].value.args) if a.same_as(var)]
+        return (calls[0], at[0]) if len(at) == 1 else None
+
+    def _take_whole(self, call: relax.Binding, index: int, tensor: relax.Var,
+                    whole: list[int], block: Block) -> bool:
+        """Record that ``call`` takes ``tensor`` (of shape ``whole``) for its argument
+        ``index`` at ``block``, if its kernel allows it (with what is recorded already)."""
+        taken = {**self.whole.get(call.var, {}), index: (tensor, whole, block)}
+        func = self._kernel(call.value, "")
+        if on_whole_tensors(func, {i: (w, k) for i, (_, w, k) in taken.items()}) is None:
+            return False
+        self.whole[call.var] = taken
+        return True
+
+    def _read_in_place(self, b: relax.Binding, src: relax.Var, dst: relax.Var,
+                       whole: list[int], block: Block) -> bool:
+        """The one GPU kernel that reads the slice ``dst`` reads its block of ``src``: no
+        copy. ``src`` then lives until that kernel (its kills move after it)."""
+        users = [u for u in self.uses.get(dst, []) if not u.var.same_as(b.var)
+                 and not is_op(u.value, KILL) and not self._sync_view(u)]
+        found = self._kernel_taking(users, dst)
+        if found is None or not (isinstance(self.defs.get(src), type(None))
+                                 or is_op(self.defs.get(src), ALLOC_TENSOR)):
+            return False  # a parameter of main or a pooled tensor of its own, not a view
+        call, index = found
+        if not self._take_whole(call, index, src, whole, block):
+            return False
+        self.replace[b.var] = self._remove_tensor(dst, keep_views_on=src)
+        for kill in self.uses.get(src, []):
+            if is_op(kill.value, KILL) and self.order[kill.var] < self.order[call.var]:
+                self.drop.add(kill.var)
+                self.after.setdefault(call.var, []).insert(0, kill)
+        return True
+
+    def _write_in_place(self, writer: relax.Var, part: relax.Var, out: relax.Var,
+                        whole: list[int], block: Block, concat: relax.Var) -> bool:
+        """The kernel that writes the GPU part ``part`` (its last argument) writes its block
+        of ``out`` instead: no copy within the GPU (``out`` is allocated before it)."""
+        call = next(b for b in self.bindings if b.var.same_as(writer))
+        args = call.value.args
+        if not (args and args[-1].same_as(part) and self._only_used_by(part, {writer, concat})):
+            return False
+        if not self._take_whole(call, len(args) - 1, out, whole, block):
+            return False
+        self._remove_tensor(part, keep_views_on=out)
+        return True
+
+    def kernels_on_whole_tensors(self, bb: relax.BlockBuilder) -> dict[relax.Var, relax.Binding]:
+        """Each kernel call that takes whole tensors: its new binding (its kernel added to
+        ``bb``'s module)."""
+        out = {}
+        for b in self.bindings:
+            if b.var not in self.whole:
+                continue
+            taken = self.whole[b.var]
+            gv = b.value.op
+            # the device suffix stays last (BindKernelTargets' ``_d<vdevice>``)
+            stem, sep, dev = gv.name_hint.rpartition("_d")
+            name = (f"{stem}_block{len(out)}{sep}{dev}" if sep and dev.isdigit()
+                    else f"{gv.name_hint}_block{len(out)}")
+            func = on_whole_tensors(self.mod[gv], {i: (w, k) for i, (_, w, k) in taken.items()})
+            new_gv = bb.add_func(func.with_attr("global_symbol", name), name)
+            args = [taken[i][0] if i in taken else a for i, a in enumerate(b.value.args)]
+            out[b.var] = relax.VarBinding(b.var, relax.Call(new_gv, args, ty_args=b.value.ty_args))
+        return out
 
     def _last_writer(self, var: relax.Var, before: relax.Var) -> relax.Var | None:
         """The last kernel before ``before`` that takes ``var`` (the one that writes it)."""
@@ -254,25 +336,42 @@ class _Lower:
         self.before.setdefault(gpu_part, []).extend(moved)
         return True
 
-    def rewrite(self) -> list[relax.Binding] | None:
+    def rewrite(self) -> tuple[list[relax.Binding], tvm.IRModule] | None:
+        """``main``'s new bindings and the module with the kernels they call that are new."""
         self.slices()
         self.concats()
         if not self.replace and not self.drop:
             return None
+        bb = relax.BlockBuilder(self.mod)
+        kernels = self.kernels_on_whole_tensors(bb)
         out: list[relax.Binding] = []
         for b in self.bindings:
             out += self.before.get(b.var, [])
             if b.var in self.replace:
                 out += self.replace[b.var]
+            elif b.var in kernels:
+                out.append(kernels[b.var])
             elif b.var not in self.drop:
                 out.append(b)
             out += self.after.get(b.var, [])
-        return out
+        return out, bb.get()
 
 
 @tvm.transform.module_pass(opt_level=0, name="LowerSlicesToBlockCopies")
 class LowerSlicesToBlockCopies:
-    """Row slices and joins of a split as 2-D copies (see the module doc)."""
+    """Row slices and joins of a split as 2-D copies (see the module doc).
+
+    Parameters
+    ----------
+    in_kernels : bool
+        Where the GPU's part is one kernel that reads the slice or writes the part, that
+        kernel reads its block of the whole input or writes its block of the output
+        (:func:`~codl_tvm.passes.block_params.on_whole_tensors`): no copy within the GPU.
+        False keeps those copies.
+    """
+
+    def __init__(self, in_kernels: bool = True):
+        self.in_kernels = in_kernels
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if "vdevice" not in mod.global_infos or len(mod.global_infos["vdevice"]) < 2:
@@ -280,5 +379,10 @@ class LowerSlicesToBlockCopies:
         func = mod["main"]
         if not isinstance(func.body, relax.SeqExpr):
             return mod
-        bindings = _Lower(mod, func, ROLES.index("gpu"), ROLES.index("cpu")).rewrite()
-        return mod if bindings is None else with_main(mod, bindings)
+        lowered = _Lower(mod, func, ROLES.index("gpu"), ROLES.index("cpu"),
+                         self.in_kernels).rewrite()
+        if lowered is None:
+            return mod
+        bindings, mod = lowered
+        return without_unused_kernels(with_main(mod, bindings))
+

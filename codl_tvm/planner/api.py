@@ -159,29 +159,29 @@ def _dims_of(mg: ModelGraph, spec) -> set[str]:
 
 def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None = None,
                   cache: str | Path | None = None,
-                  remote: dict[str, Any] | None = None, block_copies: bool = False
+                  remote: dict[str, Any] | None = None, block_copies: bool | None = None
                   ) -> CostSource | None:
     """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default.
 
     The source is wrapped for the pair (:func:`for_pair`; ``block_copies``: for plans built
-    with them).
+    with them or without; None: as the pair builds by default).
     """
     return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair, block_copies)
 
 
-def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool = False
+def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | None = None
              ) -> CostSource | None:
     """``costs`` as ``pair`` runs splits: wrapped in :class:`SerialCosts` where its roles
     share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels,
-    in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (plans for
-    ``compile(..., block_copies=True)``)."""
+    in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (a CUDA
+    pair by default; ``block_copies=False``: plans for ``compile(..., block_copies=False)``)."""
     if costs is None:
         return None
     if pair.is_cpu_only:
         return SerialCosts(costs)
     if not pair.overlaps_copies:
         return costs
-    blocks = block_copies and pair.runs_block_copies
+    blocks = pair.runs_block_copies and block_copies is not False
     return BlockCopyCosts(costs) if blocks else OverlappedCosts(costs)
 
 

@@ -34,9 +34,14 @@ INDEX = "index.json"
 
 
 def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], costs: Any,
-          oracle_costs: Any = None) -> dict[str, Any]:
+          oracle_costs: Any = None, block_copies: bool | None = None,
+          guard: bool = False) -> dict[str, Any]:
     """Plan ``mod`` with every strategy of ``names``, export each distinct plan under
     ``out/model/``, and record the model in ``out/index.json``; returns its index entry.
+    ``block_copies``: passed to ``compile`` (price the plans so too). ``guard``: a plan that
+    uses both processors refers to the bundle's ``cpu-only`` and ``gpu-only`` artifacts as
+    its alternatives (``compile(..., guard=True)`` without building them twice; both must be
+    among ``names``).
 
     Plans of the model built earlier into the same folder (for the same pair) and not named
     in ``names`` are kept, so a plan can be added or rebuilt on its own."""
@@ -60,13 +65,21 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
         entry["per_op_source"] = src.label
     # plans kept from an earlier build of this model stay the representatives of their content
     reps: dict[str, str] = {p["key"]: n for n, p in kept.items() if "same_as" not in p}
-    for name, res in plan_all(mg, names, costs, oracle_costs).items():
+    results = plan_all(mg, names, costs, oracle_costs)
+    if guard:  # the single-processor plans first: the others refer to their artifacts
+        if not {"gpu-only", "cpu-only"} <= results.keys():
+            raise ValueError("a guarded bundle needs the gpu-only and cpu-only plans")
+        results = {n: results[n] for n in ("gpu-only", "cpu-only")} | results
+    for name, res in results.items():
         key = plan_key(res.plan)
         rep = reps.setdefault(key, name)
         if rep == name:
             # the bundle's own artifact of an earlier build of this plan is replaced
-            codl_compile(mod, pair, res.plan).export(out / model / name, weights=False,
-                                                     overwrite=True)
+            exe = codl_compile(mod, pair, res.plan, block_copies=block_copies)
+            if guard and res.plan.single_device() is None:
+                exe.alternatives = {single: f"../{reps[plan_key(results[single].plan)]}"
+                                    for single in ("gpu-only", "cpu-only")}
+            exe.export(out / model / name, weights=False, overwrite=True)
         res.plan.save(out / model / f"{name}.plan.json")
         entry["plans"][name] = {
             "predicted_ms": res.predicted_us / 1e3, "key": key,
@@ -86,7 +99,7 @@ def model_rows(root: Path, entry: dict[str, Any], rounds: int,
     plans = entry["plans"]
     reps = {n: p.get("same_as", n) for n, p in plans.items()}
     unique = [n for n in reps if reps[n] == n]
-    runners = [runtime.load(root / n) for n in unique]
+    runners = [runtime.load(root / n) for n in unique]  # a guarded plan: the fastest
     inputs = [r.random_inputs(0) for r in runners]
     timed = interleaved(runners, inputs, rounds=rounds, deadline_s=deadline_s)
     names = list(reps)
@@ -96,8 +109,10 @@ def model_rows(root: Path, entry: dict[str, Any], rounds: int,
     if entry.get("per_op_us") and "cpu-only" in lat and "gpu-only" in lat:
         ideal = calibrated_ideal_us(entry["per_op_us"], lat["cpu-only"], lat["gpu-only"])
     pred = {n: plans[n]["predicted_ms"] * 1e3 for n in names}
+    guards = {n: r.choice for n, r in zip(unique, runners) if r.choice is not None}
     extra = {n: {k: v for k, v in plans[n].items() if k.endswith("_mb")}
-             | same_as(reps).get(n, {}) for n in names}
+             | same_as(reps).get(n, {}) | ({"guard": guards[reps[n]]} if reps[n] in guards
+                                            else {}) for n in names}
     return summarize(names, times, pred, ideal, extra)
 
 
@@ -152,7 +167,7 @@ def load_artifacts(artifacts: list[str]) -> None:
     from .. import runtime
 
     for path in artifacts:
-        runtime.load(path)
+        runtime.load(path, choose=False)
 
 
 if __name__ == "__main__":

@@ -116,11 +116,11 @@ class OverlappedCosts(_PairCosts):
 class BlockCopyCosts(OverlappedCosts):
     """``costs`` of a pair that also moves a split's row slices and joins with 2-D copies on
     the GPU's copy engines (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`): no slice
-    kernel before both parts, the GPU's rows and its part's copy into the output on the GPU's
-    side (``copy_gpu``), no concat."""
+    kernel before both parts, no concat, and the GPU's kernels read and write their rows of
+    the whole tensors (nothing moves on the GPU's side)."""
 
     block_copies = True
-    note = "copies beside kernels, rows moved by the copy engines"
+    note = "copies beside kernels, the CPU's rows moved by the copy engines"
 
 
 PLACEHOLDER_LABEL = ("PLACEHOLDER proportional to FLOPs (1 unit = 1 MFLOP or 1 MB moved), "

@@ -79,7 +79,8 @@ class SplitSharing:
         return self.gpu_slice_us + self.gpu_join_us
 
 
-def price_split(cost: ShareFn, unit: SplitUnit, blocks: bool = False) -> SplitSharing:
+def price_split(cost: ShareFn, unit: SplitUnit, blocks: bool = False,
+                in_kernels: bool = True) -> SplitSharing:
     """The sharing of ``unit`` from ``cost(op, role, nbytes)``.
 
     Each side reads its own slice of the first op's input where the split is by rows or the
@@ -91,8 +92,10 @@ def price_split(cost: ShareFn, unit: SplitUnit, blocks: bool = False) -> SplitSh
 
     ``blocks``: the pair moves row slices and joins with 2-D copies
     (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`, batch 1 only): no slice kernel before
-    both parts, the GPU's slice and its part's copy into the output are copies within the GPU
-    (``copy_gpu``), and there is no concat.
+    both parts and no concat; the GPU's kernels read their rows of the whole input and write
+    them into the output (``in_kernels``, the default build: nothing moves on the GPU's side),
+    or the GPU's slice and its part's copy into the output are copies within the GPU
+    (``copy_gpu``; ``block_in_kernels=False``).
     """
     cpu, gpu = unit.parts["cpu"], unit.parts["gpu"]
     if cpu[0] is None or cpu[-1] is None:
@@ -105,13 +108,13 @@ def price_split(cost: ShareFn, unit: SplitUnit, blocks: bool = False) -> SplitSh
     if not whole and (unit.dim == "H" or head.groups > 1):
         lead = 0.0 if blocks else cost("slice", "gpu", cpu_in)
         gpu_in = gpu[0].in_bytes * rep
-        if gpu_in < head.in_bytes * rep:
+        if gpu_in < head.in_bytes * rep and not (blocks and in_kernels):
             gpu_slice = cost("copy_gpu" if blocks else "slice", "gpu", gpu_in)
     to_cpu = cost("to_cpu", "cpu", cpu_in)
     to_gpu = cost("to_gpu", "gpu", cpu[-1].out_bytes * rep)
     if not whole and (rep > 1 or not unit.last.joins_in_place(unit.dim)):
         if blocks:  # the GPU's part into its rows of the output, on the GPU's side
-            gpu_join = cost("copy_gpu", "gpu", gpu[-1].out_bytes)
+            gpu_join = 0.0 if in_kernels else cost("copy_gpu", "gpu", gpu[-1].out_bytes)
         else:
             out = unit.last.out_bytes * rep if unit.out_bytes is None else unit.out_bytes
             join = cost("concat", "gpu", out)
