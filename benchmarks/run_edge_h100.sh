@@ -15,8 +15,8 @@
 #     (carry checks.tgz: tar czf .devcarry/checks.tgz -C .devcarry verify determinism)
 #   bash benchmarks/run_edge_h100.sh options [TAG]  # build_options.py run, both configs
 #     -> $OUT/build-options[-TAG]-{full,edge}.json
-# TAG names a variant build in the result files, as under benchmarks/results/ (block-copies:
-# both checks scripts' build --block-copies; codl: build_options.py build --plans-from).
+# TAG names a variant build in the result files (e.g. kernel-slices: both checks scripts'
+# build --no-block-copies; codl: build_options.py build --plans-from, under benchmarks/results/).
 # Here: calibrate, plan and build (benchmarks/BENCH.md "Reproduce"), pack bench.tgz; there:
 #   bash benchmarks/run_edge_h100.sh bench     # -> $OUT/bench-{full,edge}.json
 set -euo pipefail

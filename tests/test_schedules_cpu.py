@@ -118,6 +118,15 @@ def test_matmul(m, k, n, fused):
     _check(T.matmul_func(m, k, n, bias_relu=fused), "cpu-matmul", TARGETS[0])
 
 
+@SETTINGS
+@given(m=st.integers(1, 40), k=st.integers(1, 70), n=st.integers(1, 70), lead=st.integers(1, 2),
+       fused=st.booleans())
+def test_a_dense_layer_on_a_batch_1_sequence_is_a_matmul(m, k, n, lead, fused):
+    # regression: [1, M, K] x [K, N] (BERT's and ViT's dense layers) was no matmul to the
+    # dispatch and ran as generic parallel loops, 1.7 GFLOP/s for 128x768x768 on 2 cores
+    _check(T.matmul_func(m, k, n, bias_relu=fused, lead=lead), "cpu-matmul", TARGETS[0])
+
+
 def test_parallel_loops_match_blocking():
     func = T.schedule(T.conv2d_func((1, 8, 6, 30), (40, 8, 3, 3), padding=1), TARGETS[0])
     blocking = blocking_of(func)

@@ -199,17 +199,26 @@ def _consistent(c: Conv2DInfo) -> bool:
     return (oh, ow) == (c.oh, c.ow) and min(c.pad) >= 0 and c.oc % c.groups == 0
 
 
+def _lead(block: SBlock) -> int:
+    """How many unit batch axes lead a matmul block's spatial axes (a [1, M, K] activation
+    times a [K, N] weight: a transformer's dense layer at batch 1)."""
+    return len(block.iter_vars) - 3
+
+
 def _is_matmul(block: SBlock) -> bool:
     kinds = [int(iv.iter_type) for iv in block.iter_vars]
     store = block.body
-    if kinds != [0, 0, REDUCE] or not isinstance(store, tirx.BufferStore):
+    lead = _lead(block)
+    if (lead < 0 or kinds != [0] * (lead + 2) + [REDUCE]
+            or any(int(iv.dom.extent) != 1 for iv in block.iter_vars[:lead])
+            or not isinstance(store, tirx.BufferStore)):
         return False
     mul = store.value.b if isinstance(store.value, tirx.Add) else None
     if not isinstance(mul, tirx.Mul):
         return False
     a, b = mul.a, mul.b
     return isinstance(a, TensorLoad) and isinstance(b, TensorLoad) and (
-        len(a.indices) == 2 and len(b.indices) == 2
+        len(a.indices) == lead + 2 and len(b.indices) == 2
     )
 
 
@@ -340,21 +349,23 @@ def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:
     return func.attrs["target"]
 
 
-def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int] | None:
-    """(M, K, N) when ``func``'s matmul block is ``out[i, j] += p0[i, k] * p1[k, j]``."""
+def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, int] | None:
+    """(M, K, N, lead) when ``func``'s matmul block is ``out[0.., i, j] += p0[0.., i, k] *
+    p1[k, j]`` with ``lead`` unit batch axes in front."""
     info_blocks = [b for b in leaf_blocks(func) if _is_reduction(b)]
     if len(info_blocks) != 1 or not _is_matmul(info_blocks[0]) or len(func.params) < 3:
         return None
     block = info_blocks[0]
-    i, j, k = (iv.var for iv in block.iter_vars)
+    lead = _lead(block)
+    *batch, i, j, k = (iv.var for iv in block.iter_vars)
     mul = block.body.value.b
     a, b = mul.a, mul.b
     same = [
         a.source.same_as(func.params[0]), b.source.same_as(func.params[1]),
-        all(x.same_as(y) for x, y in zip(a.indices, (i, k), strict=False)),
-        all(x.same_as(y) for x, y in zip(b.indices, (k, j), strict=False)),
+        all(x.same_as(y) for x, y in zip(a.indices, (*batch, i, k), strict=True)),
+        all(x.same_as(y) for x, y in zip(b.indices, (k, j), strict=True)),
     ]
     shape_a, shape_b = _ints(a.source.shape), _ints(b.source.shape)
     if not all(same) or shape_a is None or shape_b is None:
         return None
-    return shape_a[0], shape_a[1], shape_b[1]
+    return shape_a[lead], shape_a[lead + 1], shape_b[1], lead

@@ -113,26 +113,30 @@ def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
     return mi, vb, n // vb * vb
 
 
-def matmul_compute(m: int, k: int, n: int, t: TargetInfo):
-    """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail."""
+def matmul_compute(m: int, k: int, n: int, t: TargetInfo, lead: int = 0):
+    """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail;
+    ``lead`` unit batch axes in front of ``a`` and ``out`` (a [1, M, K] activation)."""
     _, _, n_main = matmul_tiles(m, n, t)
-    shape = (tirx.IntImm("int64", m), tirx.IntImm("int64", n))
+    shape = (*(tirx.IntImm("int64", 1),) * lead, tirx.IntImm("int64", m),
+             tirx.IntImm("int64", n))
+    zeros = (0,) * lead
 
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         def part(name: str, lo: int, hi: int) -> te.Tensor:
             r = te.reduce_axis((0, k), name="k")
             return te.compute(
-                (m, hi - lo), lambda i, j: te.sum(a[i, r] * b[r, j + lo], axis=r), name=name
+                (m, hi - lo), lambda i, j: te.sum(a[(*zeros, i, r)] * b[r, j + lo], axis=r),
+                name=name,
             )
 
         spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
         parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
         if len(parts) == 1:
-            return te.compute(shape, lambda i, j: parts[0][i, j], name="codl_unpack")
+            return te.compute(shape, lambda *ij: parts[0][ij[-2], ij[-1]], name="codl_unpack")
         return te.compute(
             shape,
-            lambda i, j: tirx.if_then_else(
-                j < n_main, parts[0][i, j], parts[1][i, j - n_main]
+            lambda *ij: tirx.if_then_else(
+                ij[-1] < n_main, parts[0][ij[-2], ij[-1]], parts[1][ij[-2], ij[-1] - n_main]
             ),
             name="codl_unpack",
         )
@@ -145,8 +149,8 @@ def _blocks_per_task(m: int, k: int, n: int, t: TargetInfo) -> int:
     return tiling.matmul_blocks_per_task(n_main // vb, math.ceil(m / mi), k * n_main * 4, t.cores)
 
 
-def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: str
-                    ) -> Blocking:
+def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: str,
+                    lead: int = 0) -> Blocking:
     mi, vb, n_main = matmul_tiles(m, n, t)
     names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "codl_mm_main" in names:
@@ -172,7 +176,7 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
         i, j, r = sch.get_loops(blk)
         sch.parallel(sch.fuse(i, j))
     loops = sch.get_loops(sch.get_sblock("codl_unpack"))
-    sch.parallel(loops[0])
+    sch.parallel(sch.fuse(*loops[:lead + 1]) if lead else loops[0])
     blocks = max(1, n_main // vb)
     per_task = _blocks_per_task(m, k, n, t)
     tasks = blocks // per_task * math.ceil(m / mi)

@@ -131,10 +131,10 @@ def cpu_matmul(func, info, _target, t, name) -> Scheduled:
     dims = matmul_dims(func)
     if dims is None:
         raise Unsupported("matmul operands are not (M,K) x (K,N) params")
-    m, k, n = dims
+    m, k, n, lead = dims
     return _te_kernel(
-        func, info, t, cpu_rules.matmul_compute(m, k, n, t),
-        lambda sch: cpu_rules.schedule_matmul(sch, m, k, n, t, name),
+        func, info, t, cpu_rules.matmul_compute(m, k, n, t, lead),
+        lambda sch: cpu_rules.schedule_matmul(sch, m, k, n, t, name, lead),
     )
 
 

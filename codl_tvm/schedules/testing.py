@@ -61,9 +61,12 @@ def pool2d_func(x: tuple[int, ...], kind: str, **attrs) -> tirx.PrimFunc:
     return _legalized([("x", x)], lambda bb, xv: fn(xv, **attrs), fuse=False)
 
 
-def matmul_func(m: int, k: int, n: int, *, bias_relu: bool = False) -> tirx.PrimFunc:
-    """Legalized (M,K) x (K,N) matmul (optionally + bias + ReLU fused)."""
-    params = [("a", (m, k)), ("b", (k, n))] + ([("c", (1, n))] if bias_relu else [])
+def matmul_func(m: int, k: int, n: int, *, bias_relu: bool = False, lead: int = 0
+                ) -> tirx.PrimFunc:
+    """Legalized (M,K) x (K,N) matmul (optionally + bias + ReLU fused); ``lead`` unit batch
+    axes in front of the activation (a transformer's [1, M, K] dense input)."""
+    params = [("a", (*(1,) * lead, m, k)), ("b", (k, n))] + (
+        [("c", (1, n))] if bias_relu else [])
 
     def body(bb, a, b, *rest):
         y = rop.matmul(a, b)
