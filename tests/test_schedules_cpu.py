@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 import tvm
 from hypothesis import HealthCheck, example, given, settings
+from tvm import relax
+from tvm.relax import op as rop
 
 from codl_tvm import tiling
 from codl_tvm.schedules import blocking_of, dispatch
@@ -125,6 +128,24 @@ def test_a_dense_layer_on_a_batch_1_sequence_is_a_matmul(m, k, n, lead, fused):
     # regression: [1, M, K] x [K, N] (BERT's and ViT's dense layers) was no matmul to the
     # dispatch and ran as generic parallel loops, 1.7 GFLOP/s for 128x768x768 on 2 cores
     _check(T.matmul_func(m, k, n, bias_relu=fused, lead=lead), "cpu-matmul", TARGETS[0])
+
+
+@pytest.mark.parametrize("lead", [(), (1,), (1, 5)])
+def test_a_matmul_with_a_gelu_epilogue_keeps_both_readers_of_its_value(lead):
+    # regression: GELU reads the dense layer's value twice (0.5 * x * (1 + erf(x / sqrt 2)));
+    # its blocks inlined one by one into the kernel's output left a reader of a buffer no
+    # longer written (BERT's intermediate layers did not build)
+    rng = np.random.default_rng(0)
+    bias = relax.const(rng.standard_normal((24,)).astype("float32"))
+
+    def body(bb, a, b):
+        x = bb.emit(rop.add(bb.emit(rop.matmul(a, b)), bias))
+        erf = bb.emit(rop.erf(bb.emit(rop.divide(x, relax.const(np.float32(2 ** 0.5))))))
+        half = bb.emit(rop.multiply(x, relax.const(np.float32(0.5))))
+        return rop.multiply(half, bb.emit(rop.add(erf, relax.const(np.float32(1.0)))))
+
+    func = T.op_func([("a", (*lead, 7, 40)), ("b", (40, 24))], body, fuse=True)
+    _check(func, "cpu-matmul", TARGETS[0])
 
 
 def test_parallel_loops_match_blocking():

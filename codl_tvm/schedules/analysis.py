@@ -200,8 +200,8 @@ def _consistent(c: Conv2DInfo) -> bool:
 
 
 def _lead(block: SBlock) -> int:
-    """How many unit batch axes lead a matmul block's spatial axes (a [1, M, K] activation
-    times a [K, N] weight: a transformer's dense layer at batch 1)."""
+    """How many batch axes lead a matmul block's row and column axes (a [1, M, K] activation
+    times a [K, N] weight: a transformer's dense layer; [1, H, W, C] x [C, N]: ConvNeXt's)."""
     return len(block.iter_vars) - 3
 
 
@@ -209,9 +209,8 @@ def _is_matmul(block: SBlock) -> bool:
     kinds = [int(iv.iter_type) for iv in block.iter_vars]
     store = block.body
     lead = _lead(block)
-    if (lead < 0 or kinds != [0] * (lead + 2) + [REDUCE]
-            or any(int(iv.dom.extent) != 1 for iv in block.iter_vars[:lead])
-            or not isinstance(store, tirx.BufferStore)):
+    if lead < 0 or kinds != [0] * (lead + 2) + [REDUCE] or not isinstance(
+            store, tirx.BufferStore):
         return False
     mul = store.value.b if isinstance(store.value, tirx.Add) else None
     if not isinstance(mul, tirx.Mul):
@@ -349,9 +348,10 @@ def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:
     return func.attrs["target"]
 
 
-def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, int] | None:
-    """(M, K, N, lead) when ``func``'s matmul block is ``out[0.., i, j] += p0[0.., i, k] *
-    p1[k, j]`` with ``lead`` unit batch axes in front."""
+def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """(M, K, N, lead) when ``func``'s matmul block is ``out[b.., i, j] += p0[b.., i, k] *
+    p1[k, j]``; ``lead``: the extents of the batch axes ``b..`` in front (a 2-D weight, so
+    they are more rows)."""
     info_blocks = [b for b in leaf_blocks(func) if _is_reduction(b)]
     if len(info_blocks) != 1 or not _is_matmul(info_blocks[0]) or len(func.params) < 3:
         return None
@@ -368,4 +368,4 @@ def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, int] | None:
     shape_a, shape_b = _ints(a.source.shape), _ints(b.source.shape)
     if not all(same) or shape_a is None or shape_b is None:
         return None
-    return shape_a[lead], shape_a[lead + 1], shape_b[1], lead
+    return shape_a[lead], shape_a[lead + 1], shape_b[1], tuple(shape_a[:lead])

@@ -113,30 +113,49 @@ def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
     return mi, vb, n // vb * vb
 
 
-def matmul_compute(m: int, k: int, n: int, t: TargetInfo, lead: int = 0):
-    """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail;
-    ``lead`` unit batch axes in front of ``a`` and ``out`` (a [1, M, K] activation)."""
+def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] = ()):
+    """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail.
+    ``rows``: the shape of ``a``'s and ``out``'s axes before the last (batch axes, then M;
+    their product is ``m``), for an ``a`` of more than two axes ([1, M, K], [1, H, W, C])."""
     _, _, n_main = matmul_tiles(m, n, t)
-    shape = (*(tirx.IntImm("int64", 1),) * lead, tirx.IntImm("int64", m),
-             tirx.IntImm("int64", n))
-    zeros = (0,) * lead
+    rows = rows or (m,)
+    shape = tuple(tirx.IntImm("int64", d) for d in (*rows, n))
+
+    def row_index(i):  # row i of the (m, K) view: its index on a's leading axes
+        if math.prod(rows[:-1]) == 1:
+            return (*(0,) * (len(rows) - 1), i)
+        out = []
+        for d in reversed(rows):
+            out.append(0 if d == 1 else i % d if len(out) < len(rows) - 1 else i)
+            i = i if d == 1 else i // d
+        return tuple(reversed(out))
+
+    def flat(idx) -> tirx.PrimExpr:  # out's leading axes: the row of the (m, N) view
+        if math.prod(rows[:-1]) == 1:
+            return idx[-1]
+        i = 0
+        for d, x in zip(rows, idx, strict=True):
+            i = x if isinstance(i, int) and i == 0 else i if d == 1 else i * d + x
+        return i
 
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         def part(name: str, lo: int, hi: int) -> te.Tensor:
             r = te.reduce_axis((0, k), name="k")
             return te.compute(
-                (m, hi - lo), lambda i, j: te.sum(a[(*zeros, i, r)] * b[r, j + lo], axis=r),
+                (m, hi - lo), lambda i, j: te.sum(a[(*row_index(i), r)] * b[r, j + lo], axis=r),
                 name=name,
             )
 
         spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
         parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
         if len(parts) == 1:
-            return te.compute(shape, lambda *ij: parts[0][ij[-2], ij[-1]], name="codl_unpack")
+            return te.compute(shape, lambda *ij: parts[0][flat(ij[:-1]), ij[-1]],
+                              name="codl_unpack")
         return te.compute(
             shape,
             lambda *ij: tirx.if_then_else(
-                ij[-1] < n_main, parts[0][ij[-2], ij[-1]], parts[1][ij[-2], ij[-1] - n_main]
+                ij[-1] < n_main, parts[0][flat(ij[:-1]), ij[-1]],
+                parts[1][flat(ij[:-1]), ij[-1] - n_main],
             ),
             name="codl_unpack",
         )

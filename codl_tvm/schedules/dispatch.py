@@ -132,9 +132,10 @@ def cpu_matmul(func, info, _target, t, name) -> Scheduled:
     if dims is None:
         raise Unsupported("matmul operands are not (M,K) x (K,N) params")
     m, k, n, lead = dims
+    rows = math.prod(lead) * m  # batch axes in front of a 2-D weight are more rows
     return _te_kernel(
-        func, info, t, cpu_rules.matmul_compute(m, k, n, t, lead),
-        lambda sch: cpu_rules.schedule_matmul(sch, m, k, n, t, name, lead),
+        func, info, t, cpu_rules.matmul_compute(rows, k, n, t, (*lead, m)),
+        lambda sch: cpu_rules.schedule_matmul(sch, rows, k, n, t, name, len(lead)),
     )
 
 

@@ -149,6 +149,14 @@ def inline_epilogue(sch: Schedule, last_kernel_block: str) -> int:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     names = [sch.get(b).name_hint for b in blocks]
     after = names[names.index(last_kernel_block) + 1 :]
+    chain = all(len(sch.get_consumers(sch.get_sblock(n))) == 1 for n in after[:-1])
+    if not chain:
+        # a value read by two later blocks (GELU's x in 0.5 * x * (1 + erf(x / sqrt 2))):
+        # every block but the last is computed where it is read, then the last is inlined
+        # (reverse-inlining the blocks one by one would rewrite the value the others read)
+        for name in after[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        after = after[-1:]
     for name in after:
         sch.reverse_compute_inline(sch.get_sblock(name))
     return len(after)
