@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -128,6 +130,18 @@ def test_a_dense_layer_on_a_batch_1_sequence_is_a_matmul(m, k, n, lead, fused):
     # regression: [1, M, K] x [K, N] (BERT's and ViT's dense layers) was no matmul to the
     # dispatch and ran as generic parallel loops, 1.7 GFLOP/s for 128x768x768 on 2 cores
     _check(T.matmul_func(m, k, n, bias_relu=fused, lead=lead), "cpu-matmul", TARGETS[0])
+
+
+@SETTINGS
+@given(batch=st.lists(st.integers(1, 4), min_size=1, max_size=2), m=st.integers(1, 20),
+       k=st.integers(1, 40), n=st.integers(1, 40))
+def test_a_batched_matmul_is_one_matmul_per_batch_index(batch, m, k, n):
+    # attention's Q K^T and P V ([1, 12, 128, 64] x [1, 12, 64, 128] in BERT-base) ran as
+    # generic parallel loops
+    func = T.op_func([("a", (*batch, m, k)), ("b", (*batch, k, n))],
+                     lambda bb, a, b: rop.matmul(a, b))
+    _check(func, "cpu-matmul", TARGETS[0])
+    assert blocking_of(T.schedule(func, TARGETS[0])).output_size == math.prod(batch) * m * n
 
 
 @pytest.mark.parametrize("lead", [(), (1,), (1, 5)])

@@ -217,7 +217,7 @@ def _is_matmul(block: SBlock) -> bool:
         return False
     a, b = mul.a, mul.b
     return isinstance(a, TensorLoad) and isinstance(b, TensorLoad) and (
-        len(a.indices) == lead + 2 and len(b.indices) == 2
+        len(a.indices) == lead + 2 and len(b.indices) in (2, lead + 2)
     )
 
 
@@ -348,10 +348,11 @@ def target_of(func: tirx.PrimFunc) -> tvm.target.Target | None:
     return func.attrs["target"]
 
 
-def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, tuple[int, ...]] | None:
-    """(M, K, N, lead) when ``func``'s matmul block is ``out[b.., i, j] += p0[b.., i, k] *
-    p1[k, j]``; ``lead``: the extents of the batch axes ``b..`` in front (a 2-D weight, so
-    they are more rows)."""
+def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, tuple[int, ...], bool] | None:
+    """(M, K, N, lead, batched) when ``func``'s matmul block is ``out[b.., i, j] +=
+    p0[b.., i, k] * p1[k, j]`` (``lead``: the extents of the axes ``b..``, more rows of a
+    2-D weight) or, ``batched``, ``... * p1[b.., k, j]`` (one matmul per index of ``b..``:
+    attention's Q K^T and P V)."""
     info_blocks = [b for b in leaf_blocks(func) if _is_reduction(b)]
     if len(info_blocks) != 1 or not _is_matmul(info_blocks[0]) or len(func.params) < 3:
         return None
@@ -363,9 +364,11 @@ def matmul_dims(func: tirx.PrimFunc) -> tuple[int, int, int, tuple[int, ...]] | 
     same = [
         a.source.same_as(func.params[0]), b.source.same_as(func.params[1]),
         all(x.same_as(y) for x, y in zip(a.indices, (*batch, i, k), strict=True)),
-        all(x.same_as(y) for x, y in zip(b.indices, (k, j), strict=True)),
     ]
+    batched = len(b.indices) > 2
+    same.append(all(x.same_as(y) for x, y in zip(
+        b.indices, (*batch, k, j) if batched else (k, j), strict=True)))
     shape_a, shape_b = _ints(a.source.shape), _ints(b.source.shape)
     if not all(same) or shape_a is None or shape_b is None:
         return None
-    return shape_a[lead], shape_a[lead + 1], shape_b[1], tuple(shape_a[:lead])
+    return shape_a[lead], shape_a[lead + 1], shape_b[-1], tuple(shape_a[:lead]), batched

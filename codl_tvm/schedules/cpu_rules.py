@@ -163,26 +163,69 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
     return build
 
 
+def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: TargetInfo):
+    """``build(a, b) -> out``: one (M, K) x (K, N) matmul per index of the ``batch`` axes both
+    operands lead with (attention's Q K^T and P V), parts as :func:`matmul_compute`'s."""
+    _, _, n_main = matmul_tiles(m, n, t)
+    shape = tuple(tirx.IntImm("int64", d) for d in (*batch, m, n))
+
+    def unravel(g) -> tuple:
+        out = []
+        for d in reversed(batch[1:]):
+            out.append(g % d)
+            g = g // d
+        return (g, *reversed(out))
+
+    def ravel(idx) -> tirx.PrimExpr:
+        g = idx[0]
+        for d, x in zip(batch[1:], idx[1:], strict=True):
+            g = g * d + x
+        return g
+
+    def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+        def part(name: str, lo: int, hi: int) -> te.Tensor:
+            r = te.reduce_axis((0, k), name="k")
+            return te.compute(
+                (math.prod(batch), m, hi - lo),
+                lambda g, i, j: te.sum(a[(*unravel(g), i, r)] * b[(*unravel(g), r, j + lo)],
+                                       axis=r), name=name)
+
+        spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
+        parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
+
+        def value(*idx):
+            g, i, j = ravel(idx[:-2]), idx[-2], idx[-1]
+            if len(parts) == 1:
+                return parts[0][g, i, j]
+            return tirx.if_then_else(j < n_main, parts[0][g, i, j], parts[1][g, i, j - n_main])
+
+        return te.compute(shape, value, name="codl_unpack")
+
+    return build
+
+
 def _blocks_per_task(m: int, k: int, n: int, t: TargetInfo) -> int:
     mi, vb, n_main = matmul_tiles(m, n, t)
     return tiling.matmul_blocks_per_task(n_main // vb, math.ceil(m / mi), k * n_main * 4, t.cores)
 
 
 def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: str,
-                    lead: int = 0) -> Blocking:
+                    lead: int = 0, batch: int = 1) -> Blocking:
+    """``lead``: axes of the output before its rows; ``batch``: matmuls in the kernel (one per
+    index of a batched matmul's leading axes, each a parallel task's worth of work or more)."""
     mi, vb, n_main = matmul_tiles(m, n, t)
     names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     if "codl_mm_main" in names:
         blk = sch.get_sblock("codl_mm_main")
-        i, j, r = sch.get_loops(blk)
+        *g, i, j, r = sch.get_loops(blk)
         io, ii = sch.split(i, [None, mi])
         # Each task streams a contiguous chunk of up to 16 column blocks of every weight row
         # (the (K, N) weight is read row-wise, which is what bounds a GEMV).
         per_task = _blocks_per_task(m, k, n, t)
         jo, jm, jv = sch.split(j, [None, per_task, vb])
         ju, jl = sch.split(jv, [None, t.lanes])
-        sch.reorder(jo, io, r, ii, jm, ju, jl)
-        task = sch.fuse(jo, io)
+        sch.reorder(*g, jo, io, r, ii, jm, ju, jl)
+        task = sch.fuse(*g, jo, io)
         sch.parallel(task)
         acc = sch.cache_write(blk, 0, "local")
         sch.reverse_compute_at(acc, task)
@@ -192,16 +235,16 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
         sch.decompose_reduction(blk, r)
     if "codl_mm_tail" in names:
         blk = sch.get_sblock("codl_mm_tail")
-        i, j, r = sch.get_loops(blk)
-        sch.parallel(sch.fuse(i, j))
+        *g, i, j, r = sch.get_loops(blk)
+        sch.parallel(sch.fuse(*g, i, j))
     loops = sch.get_loops(sch.get_sblock("codl_unpack"))
     sch.parallel(sch.fuse(*loops[:lead + 1]) if lead else loops[0])
     blocks = max(1, n_main // vb)
     per_task = _blocks_per_task(m, k, n, t)
-    tasks = blocks // per_task * math.ceil(m / mi)
+    tasks = blocks // per_task * math.ceil(m / mi) * batch
     return Blocking(
         algorithm="gemv" if m == 1 else "gemm", processor="cpu", op="matmul",
-        output_size=m * n, block_shape={"m": mi, "n": vb * per_task},
+        output_size=m * n * batch, block_shape={"m": mi, "n": vb * per_task},
         basic_unit_shape={"n": t.lanes},
         num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
         rule=rule,

@@ -131,7 +131,13 @@ def cpu_matmul(func, info, _target, t, name) -> Scheduled:
     dims = matmul_dims(func)
     if dims is None:
         raise Unsupported("matmul operands are not (M,K) x (K,N) params")
-    m, k, n, lead = dims
+    m, k, n, lead, batched = dims
+    if batched:  # one matmul per index of the batch axes both operands lead with
+        return _te_kernel(
+            func, info, t, cpu_rules.batched_matmul_compute(lead, m, k, n, t),
+            lambda sch: cpu_rules.schedule_matmul(sch, m, k, n, t, name, len(lead),
+                                                  math.prod(lead)),
+        )
     rows = math.prod(lead) * m  # batch axes in front of a 2-D weight are more rows
     return _te_kernel(
         func, info, t, cpu_rules.matmul_compute(rows, k, n, t, (*lead, m)),
