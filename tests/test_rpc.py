@@ -222,6 +222,18 @@ def spawn_server(work):
     yield from _start_server(work, "spawned", ["--spawn"])
 
 
+def test_a_guarded_artifact_runs_the_fastest_build_timed_on_the_remote(server, work):
+    mod = _model()
+    exe = codl_tvm.compile(mod, codl_tvm.DevicePair.preset("cpu-pair"),
+                           Plan.uniform(mod, "H", 0.5), guard=True)
+    art = exe.export(work / "art-guarded")
+    inputs = exe.random_inputs(3)
+    with rpc.load_remote(rpc.connect(rpc=server), art) as runner:
+        assert set(runner.choice["latency_ms"]) == {"plan", "gpu-only", "cpu-only"}
+        np.testing.assert_allclose(runner.run(inputs)[0], exe.run(inputs)[0], rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_spawned_sessions_set_themselves_up(spawn_server, artifact):
     inputs, expected = _local(artifact)
     with rpc.load_remote(rpc.connect(rpc=spawn_server), artifact) as runner:

@@ -165,6 +165,7 @@ class RemoteRunner(runtime.Runner):
     def __init__(self, session: Any, library: str | os.PathLike, manifest: dict[str, Any],
                  params: dict[str, np.ndarray]):
         self.session, self.manifest = session, manifest
+        self.choice: dict[str, Any] | None = None  # as runtime.Runner's (a guarded artifact)
         pair = manifest.get("pair", {}).get("name", "?")
         self.devices = [remote_device(session, kind, index, pair)
                         for kind, index in manifest["devices"]]
@@ -234,8 +235,10 @@ class RemoteRunner(runtime.Runner):
         return float(np.median(json.loads(blob)))
 
 
-def load_remote(session: Any, path: str | os.PathLike) -> RemoteRunner:
-    """Load an artifact folder (as :func:`codl_tvm.runtime.load`) onto the remote of ``session``."""
+def load_remote(session: Any, path: str | os.PathLike, choose: bool = True) -> RemoteRunner:
+    """Load an artifact folder (as :func:`codl_tvm.runtime.load`) onto the remote of ``session``;
+    a guarded artifact (``compile(..., guard=True)``) runs the fastest of the plan and its
+    alternatives, timed on the remote (unless ``choose`` is False)."""
     path = Path(path)
     manifest = _read_manifest(path)
     library = path / manifest.get("library", runtime.LIBRARY)
@@ -247,7 +250,17 @@ def load_remote(session: Any, path: str | os.PathLike) -> RemoteRunner:
     else:
         with np.load(path / runtime.PARAMS, allow_pickle=False) as npz:
             params = {k: npz[k] for k in npz.files}
-    return RemoteRunner(session, library, manifest, params)
+    runner = RemoteRunner(session, library, manifest, params)
+    alternatives = manifest.get("alternatives", [])
+    if not (choose and alternatives):
+        return runner
+    runners = {"plan": runner} | {a["name"]: load_remote(session, path / a["dir"], choose=False)
+                                  for a in alternatives}
+    chosen = runtime.fastest(runners)
+    for other in runners.values():
+        if other is not chosen:
+            other.close()  # its remote handles would keep the session open
+    return chosen
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
