@@ -42,7 +42,7 @@ class Executable:
         self.vm_exec, self.manifest, self.params = vm_exec, manifest, params
         self.mod = mod  # the lowered module, for inspection
         self._runner: runtime.Runner | None = None
-        # what the runtime may run instead, fastest first (compile's ``guard``): name -> an
+        # what the runtime may run instead (compile's ``guard``; it runs the fastest): name -> an
         # executable written beside this one, or the path of an artifact relative to it
         self.alternatives: dict[str, Executable | str] = {}
 
