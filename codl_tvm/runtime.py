@@ -34,7 +34,7 @@ from .profiler.nvcc import compile_cuda
 
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
-GUARD_ROUNDS = 5  # interleaved timing rounds when an artifact's alternatives are compared
+GUARD_ROUNDS = 15  # interleaved timing rounds when an artifact's alternatives are compared
 ARTIFACT_VERSION = 1
 
 _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
@@ -206,17 +206,16 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
 
 def fastest(runners: dict[str, Runner], rounds: int = GUARD_ROUNDS) -> Runner:
     """The runner of ``runners`` with the lowest median latency, timed in interleaved rounds
-    on random inputs after a warm-up run each; its ``choice`` records the medians. This is
-    the guard that keeps a plan from running slower than its best single processor on the
-    machine at hand (whose speeds a predictor fitted elsewhere may misjudge)."""
-    inputs = {name: r.random_inputs(0) for name, r in runners.items()}
-    for name, r in runners.items():
-        r.run(inputs[name])
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, r in runners.items():
-            times[name].append(r.time(inputs[name], repeat=3))
-    latency_ms = {name: 1e3 * float(np.median(t)) for name, t in times.items()}
+    on random inputs (:func:`codl_tvm.planner.timing.interleaved`, as the benchmarks time);
+    its ``choice`` records the medians. This is the guard that keeps a plan from running
+    slower than its best single processor on the machine at hand (whose speeds a predictor
+    fitted elsewhere may misjudge)."""
+    from .planner.timing import interleaved  # numpy only: runtime-only safe
+
+    names = list(runners)
+    times = interleaved([runners[n] for n in names],
+                        [runners[n].random_inputs(0) for n in names], rounds=rounds)
+    latency_ms = {n: 1e3 * float(np.median(t)) for n, t in zip(names, times)}
     best = min(latency_ms, key=latency_ms.get)
     runners[best].choice = {"chosen": best, "latency_ms": latency_ms}
     return runners[best]

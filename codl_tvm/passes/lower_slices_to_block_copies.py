@@ -36,6 +36,7 @@ import math
 
 import tvm
 import tvm.sym
+import tvm.tirx as T
 from tvm import relax
 
 from ..device import ROLES
@@ -129,6 +130,7 @@ class _Lower:
         self.after: dict[relax.Var, list[relax.Binding]] = {}  # copies issued early
         # kernels that take a whole tensor for a block: binding -> {arg: (tensor, shape, block)}
         self.whole: dict[relax.Var, dict[int, tuple[relax.Var, list[int], Block]]] = {}
+        self.rewritten: dict[relax.Var, T.PrimFunc] = {}  # their kernels, rewritten once
         self.order = {b.var: i for i, b in enumerate(self.bindings)}
 
     def _role(self, var: relax.Expr) -> int | None:
@@ -250,9 +252,10 @@ class _Lower:
         ``index`` at ``block``, if its kernel allows it (with what is recorded already)."""
         taken = {**self.whole.get(call.var, {}), index: (tensor, whole, block)}
         func = self._kernel(call.value, "")
-        if on_whole_tensors(func, {i: (w, k) for i, (_, w, k) in taken.items()}) is None:
+        rewritten = on_whole_tensors(func, {i: (w, k) for i, (_, w, k) in taken.items()})
+        if rewritten is None:
             return False
-        self.whole[call.var] = taken
+        self.whole[call.var], self.rewritten[call.var] = taken, rewritten
         return True
 
     def _read_in_place(self, b: relax.Binding, src: relax.Var, dst: relax.Var,
@@ -301,8 +304,7 @@ class _Lower:
             stem, sep, dev = gv.name_hint.rpartition("_d")
             name = (f"{stem}_block{len(out)}{sep}{dev}" if sep and dev.isdigit()
                     else f"{gv.name_hint}_block{len(out)}")
-            func = on_whole_tensors(self.mod[gv], {i: (w, k) for i, (_, w, k) in taken.items()})
-            new_gv = bb.add_func(func.with_attr("global_symbol", name), name)
+            new_gv = bb.add_func(self.rewritten[b.var].with_attr("global_symbol", name), name)
             args = [taken[i][0] if i in taken else a for i, a in enumerate(b.value.args)]
             out[b.var] = relax.VarBinding(b.var, relax.Call(new_gv, args, ty_args=b.value.ty_args))
         return out
