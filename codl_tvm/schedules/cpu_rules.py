@@ -113,52 +113,65 @@ def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
     return mi, vb, n // vb * vb
 
 
+def _unravel(i, dims: tuple[int, ...]) -> tuple:
+    """Flat index ``i`` over ``dims`` as one index per axis (unit axes 0, no division for
+    the outermost axis that is not)."""
+    out, live = [], [d for d in dims if d != 1]
+    for d in reversed(dims):
+        if d == 1:
+            out.append(0)
+            continue
+        live.pop()
+        out.append(i % d if live else i)
+        i = i // d if live else i
+    return tuple(reversed(out))
+
+
+def _ravel(idx, dims: tuple[int, ...]):
+    """One index per axis of ``dims`` as the flat index (unit axes skipped)."""
+    flat = None
+    for d, x in zip(dims, idx, strict=True):
+        if d != 1:
+            flat = x if flat is None else flat * d + x
+    return 0 if flat is None else flat
+
+
+def _matmul_parts(rows: int, k: int, n: int, t: TargetInfo, load) -> list:
+    """The vector main part over whole column blocks and the tail, ``(*rows, cols)`` each:
+    ``load(row_index, r, j)`` is one product of the reduction."""
+    _, _, n_main = matmul_tiles(rows[-1], n, t)
+
+    def part(name: str, lo: int, hi: int) -> te.Tensor:
+        r = te.reduce_axis((0, k), name="k")
+        return te.compute((*rows, hi - lo),
+                          lambda *ij: te.sum(load(ij[:-1], r, ij[-1] + lo), axis=r), name=name)
+
+    spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
+    return [part(name, lo, hi) for name, lo, hi in spans if hi > lo], n_main
+
+
+def _unpack(shape: tuple, parts: list, n_main: int, key) -> te.Tensor:
+    """The output: each element from its part, at ``key(leading indices)`` in it."""
+    def value(*idx):
+        lead, j = key(idx[:-1]), idx[-1]
+        if len(parts) == 1:
+            return parts[0][(*lead, j)]
+        return tirx.if_then_else(j < n_main, parts[0][(*lead, j)],
+                                 parts[1][(*lead, j - n_main)])
+
+    return te.compute(tuple(tirx.IntImm("int64", d) for d in shape), value, name="codl_unpack")
+
+
 def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] = ()):
     """``build(a, b) -> out``: a vector main part over whole column blocks plus a tail.
     ``rows``: the shape of ``a``'s and ``out``'s axes before the last (batch axes, then M;
     their product is ``m``), for an ``a`` of more than two axes ([1, M, K], [1, H, W, C])."""
-    _, _, n_main = matmul_tiles(m, n, t)
     rows = rows or (m,)
-    shape = tuple(tirx.IntImm("int64", d) for d in (*rows, n))
-
-    def row_index(i):  # row i of the (m, K) view: its index on a's leading axes
-        if math.prod(rows[:-1]) == 1:
-            return (*(0,) * (len(rows) - 1), i)
-        out = []
-        for d in reversed(rows):
-            out.append(0 if d == 1 else i % d if len(out) < len(rows) - 1 else i)
-            i = i if d == 1 else i // d
-        return tuple(reversed(out))
-
-    def flat(idx) -> tirx.PrimExpr:  # out's leading axes: the row of the (m, N) view
-        if math.prod(rows[:-1]) == 1:
-            return idx[-1]
-        i = 0
-        for d, x in zip(rows, idx, strict=True):
-            i = x if isinstance(i, int) and i == 0 else i if d == 1 else i * d + x
-        return i
 
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
-        def part(name: str, lo: int, hi: int) -> te.Tensor:
-            r = te.reduce_axis((0, k), name="k")
-            return te.compute(
-                (m, hi - lo), lambda i, j: te.sum(a[(*row_index(i), r)] * b[r, j + lo], axis=r),
-                name=name,
-            )
-
-        spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
-        parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
-        if len(parts) == 1:
-            return te.compute(shape, lambda *ij: parts[0][flat(ij[:-1]), ij[-1]],
-                              name="codl_unpack")
-        return te.compute(
-            shape,
-            lambda *ij: tirx.if_then_else(
-                ij[-1] < n_main, parts[0][flat(ij[:-1]), ij[-1]],
-                parts[1][flat(ij[:-1]), ij[-1] - n_main],
-            ),
-            name="codl_unpack",
-        )
+        parts, n_main = _matmul_parts(
+            (m,), k, n, t, lambda i, r, j: a[(*_unravel(i[0], rows), r)] * b[r, j])
+        return _unpack((*rows, n), parts, n_main, lambda lead: (_ravel(lead, rows),))
 
     return build
 
@@ -166,40 +179,14 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
 def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: TargetInfo):
     """``build(a, b) -> out``: one (M, K) x (K, N) matmul per index of the ``batch`` axes both
     operands lead with (attention's Q K^T and P V), parts as :func:`matmul_compute`'s."""
-    _, _, n_main = matmul_tiles(m, n, t)
-    shape = tuple(tirx.IntImm("int64", d) for d in (*batch, m, n))
-
-    def unravel(g) -> tuple:
-        out = []
-        for d in reversed(batch[1:]):
-            out.append(g % d)
-            g = g // d
-        return (g, *reversed(out))
-
-    def ravel(idx) -> tirx.PrimExpr:
-        g = idx[0]
-        for d, x in zip(batch[1:], idx[1:], strict=True):
-            g = g * d + x
-        return g
-
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
-        def part(name: str, lo: int, hi: int) -> te.Tensor:
-            r = te.reduce_axis((0, k), name="k")
-            return te.compute(
-                (math.prod(batch), m, hi - lo),
-                lambda g, i, j: te.sum(a[(*unravel(g), i, r)] * b[(*unravel(g), r, j + lo)],
-                                       axis=r), name=name)
+        def load(gi, r, j):
+            g = _unravel(gi[0], batch)
+            return a[(*g, gi[1], r)] * b[(*g, r, j)]
 
-        spans = (("codl_mm_main", 0, n_main), ("codl_mm_tail", n_main, n))
-        parts = [part(name, lo, hi) for name, lo, hi in spans if hi > lo]
-
-        def value(*idx):
-            g, i, j = ravel(idx[:-2]), idx[-2], idx[-1]
-            if len(parts) == 1:
-                return parts[0][g, i, j]
-            return tirx.if_then_else(j < n_main, parts[0][g, i, j], parts[1][g, i, j - n_main])
-
-        return te.compute(shape, value, name="codl_unpack")
+        parts, n_main = _matmul_parts((math.prod(batch), m), k, n, t, load)
+        return _unpack((*batch, m, n), parts, n_main,
+                       lambda lead: (_ravel(lead[:-1], batch), lead[-1]))
 
     return build
 
