@@ -118,7 +118,7 @@ class DevicePair:
 
         Parameters
         ----------
-        name : {"cpu-pair", "x86-cuda", "android-opencl", "android-adreno", "auto"}
+        name : {"cpu-pair", "x86-cuda", "x86-opencl", "android-opencl", "android-adreno", "auto"}
             ``cpu-pair`` is llvm:0 + llvm:1 and runs anywhere; ``auto`` is ``x86-cuda`` when a
             CUDA GPU is present, else ``cpu-pair`` (with a warning saying so).
         arch : str, optional
@@ -272,6 +272,12 @@ def _android_adreno(arch: str | None = None, num_cores: int | None = None) -> De
     return DevicePair("android-adreno", cpu, gpu)
 
 
+def _x86_opencl(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
+    # any OpenCL device beside this host's CPU: a discrete GPU, or PoCL (CPU memory, as a
+    # phone's GPU shares it)
+    return DevicePair("x86-opencl", _host_cpu_target(num_cores), {"kind": "opencl"})
+
+
 def _auto(arch: str | None = None, num_cores: int | None = None) -> DevicePair:
     if arch or tvm.cuda(0).exist:
         return _x86_cuda(arch=arch, num_cores=num_cores)
@@ -284,6 +290,7 @@ PRESETS = {
     "x86-cuda": _x86_cuda,
     "android-opencl": _android_opencl,
     "android-adreno": _android_adreno,
+    "x86-opencl": _x86_opencl,
     "auto": _auto,
 }
 

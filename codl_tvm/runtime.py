@@ -27,6 +27,8 @@ import tvm
 import tvm.runtime.vm
 
 from . import streams  # noqa: F401 - registers the stream functions split artifacts call
+from .opencl_runtime import enable_opencl
+from .opencl_runtime import plugin_path as opencl_plugin_path
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
 from .profiler.cpu_pool import pair_threads, use_cpu_threads
 from .profiler.host_memory import host_tensor
@@ -187,6 +189,11 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
         raise ValueError(f"{path}: unsupported artifact format/version")
     if any(kind == "cuda" for kind, _ in manifest["devices"]):
         enable_cuda()
+    if any(kind == "opencl" for kind, _ in manifest["devices"]) and not enable_opencl():
+        why = ("TVM has no OpenCL runtime here (build it: tools/opencl-runtime/build.sh)"
+               if opencl_plugin_path() is None else
+               "the OpenCL runtime finds no device (an ICD loader? OCL_ICD_VENDORS?)")
+        raise RuntimeError(f"{path} runs on OpenCL, and {why}")
     module = tvm.runtime.load_module(str(path / LIBRARY))
     if params is None and manifest.get("weights") == "random":
         params = random_weights(manifest)

@@ -8,12 +8,16 @@ from tvm.relax.ir.instrument import WellFormedInstrument
 
 
 def pytest_collection_modifyitems(config, items):
-    if tvm.cuda(0).exist:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    from codl_tvm.opencl_runtime import enable_opencl
+
+    missing = {"gpu": None if tvm.cuda(0).exist else "needs a CUDA GPU"}
+    if any("opencl" in item.keywords for item in items):
+        missing["opencl"] = None if enable_opencl() else (
+            "needs an OpenCL device and the runtime plugin (tools/opencl-runtime/build.sh)")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for mark, why in missing.items():
+            if why and mark in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,8 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-PAIR_HELP = ('device pair: a preset (cpu-pair, x86-cuda, android-opencl, android-adreno, auto) '
+PAIR_HELP = ('device pair: a preset (cpu-pair, x86-cuda, x86-opencl, android-opencl, '
+             'android-adreno, auto) '
              'or JSON target dicts \'{"cpu": {"kind": "llvm", ...}, "gpu": {"kind": "cuda", '
              '"arch": "sm_90"}}\'')
 

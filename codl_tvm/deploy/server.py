@@ -2,7 +2,8 @@
 
 A stock ``tvm.rpc`` server (``python -m tvm.exec.rpc_server``, the Android ``tvm_rpc`` app) in
 the same process as codl-tvm's :mod:`.rpc_helpers` and, where CUDA is present, the runtime-only
-CUDA setup of :func:`codl_tvm.runtime.enable_cuda`. Runs with only the TVM runtime::
+CUDA setup of :func:`codl_tvm.runtime.enable_cuda` (and OpenCL's plugin, where it is
+installed: :func:`codl_tvm.opencl_runtime.load_plugin`). Runs with only the TVM runtime::
 
     TVM_USE_RUNTIME_LIB=1 python -m codl_tvm.deploy.server --host 127.0.0.1 --port 9090
     ... --tracker HOST:PORT --key KEY      # register with a tracker instead of direct use
@@ -34,6 +35,7 @@ def start(host: str = "127.0.0.1", port: int = 9090, port_end: int | None = None
     """
     from tvm.rpc.server import PopenRPCServerState
 
+    from ..opencl_runtime import load_plugin
     from . import rpc_helpers
     from .rpc import parse_address
 
@@ -42,6 +44,7 @@ def start(host: str = "127.0.0.1", port: int = 9090, port_end: int | None = None
         multiprocessing.set_start_method("spawn", force=True)
         _sessions_import_this_module()
     rpc_helpers.register()
+    load_plugin()  # a forked session inherits it; no OpenCL device is touched before the fork
     tracker_addr = parse_address(tracker, "--tracker") if tracker else None
     if tracker_addr and not key:
         raise ValueError("--tracker needs --key: the tracker hands servers out by key")
@@ -72,13 +75,16 @@ def _cuda_driver() -> bool:
 
 
 def _session_setup() -> None:
-    """What every session process needs: our RPC helpers and, where there is a GPU, CUDA."""
+    """What every session process needs: our RPC helpers and, where there is a GPU, CUDA; and
+    OpenCL where its runtime plugin is installed (``tools/opencl-runtime/build.sh``)."""
     from .. import runtime
+    from ..opencl_runtime import load_plugin
     from . import rpc_helpers
 
     rpc_helpers.register()
     if _cuda_driver():
         runtime.enable_cuda()
+    load_plugin()
 
 
 # Seen on the H100 machine: a forked process cannot initialise CUDA once its parent has
