@@ -14,6 +14,7 @@ from tvm.relax import transform as rt
 
 from .device import DevicePair
 from .passes import (
+    BackTexturesWithBuffers,
     BindKernelTargets,
     CoExecutionPartition,
     FuseEpilogues,
@@ -115,6 +116,8 @@ def texture_phases(
     from tvm.s_tir import dlight as dl
     from tvm.s_tir.backend.adreno.transform import TextureFlatten
 
+    from .schedules.texture_pool import TexturePool2D
+
     extra = {"partition": [tex.UseAdrenoTexture(force=force)]}
     out = []
     for name, passes in base:
@@ -124,11 +127,14 @@ def texture_phases(
         elif name == "schedule":
             # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
             adreno = dl.ApplyDefaultSchedule(
-                dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), dl.adreno.Pool2D())
+                dl.adreno.Conv2d(), dl.adreno.LayoutTransform(), TexturePool2D())
             passes = [scope.AnnotateTextureScope(), adreno, scope.CheckTextureWriters(), *passes]
         elif name == "lower":
             at = next(i for i, p in enumerate(passes) if p.info.name == "CallTIRRewrite") + 1
-            passes = [*passes[:at], scope.FoldTextureDeviceIndex(), *passes[at:],
+            passes = [*passes[:at], scope.FoldTextureDeviceIndex(), *passes[at:]]
+            # after the copies are staged: StageCrossDeviceCopies reads the tensors' devices
+            at = next(i for i, p in enumerate(passes) if p.info.name == "ComputePrimValue")
+            passes = [*passes[:at], BackTexturesWithBuffers(), *passes[at:],
                       TextureFlatten(), scope.TypeTextureStores]
         out.append((name, [*passes, *extra.get(name, [])]))
     return out

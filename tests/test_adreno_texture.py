@@ -217,11 +217,20 @@ def _all(module):
     return out
 
 
-def test_texture_allocations_use_the_pairs_devices(adreno_exe):
-    # FoldTextureDeviceIndex: images are allocated on runtime device 0 (the GPU), scope kept
+def test_texture_tensors_are_image_views_of_gpu_buffers(adreno_exe):
+    # BackTexturesWithBuffers: every storage is a plain buffer on runtime device 0 or 1 (an
+    # image storage of a 1-D byte shape cannot be made, and the pool would hand a freed image
+    # out as a buffer); each texture tensor names a texture vdevice, so the VM views it as an
+    # image of that buffer
     text = adreno_exe.mod["main"].script()
-    allocs = [line for line in text.splitlines() if "alloc_storage" in line and "texture" in line]
-    assert allocs and all("R.prim_value(0)" in a or ", 0, " in a for a in allocs)
+    storages = [line for line in text.splitlines() if "alloc_storage" in line]
+    assert storages and not any("texture" in line for line in storages)
+    vdevices = adreno_exe.mod.global_infos["vdevice"]
+    texture = {i for i, v in enumerate(vdevices) if "texture" in v.memory_scope}
+    views = [line for line in text.splitlines()
+             if "= R.vm.alloc_tensor" in line and "global.texture" in line.split(" = R.vm")[0]]
+    assert views and texture
+    assert all(int(v.rsplit(",", 1)[1].strip(" )")) in texture for v in views)
     assert adreno_exe.manifest["devices"] == [["opencl", 0], ["cpu", 0]]
 
 

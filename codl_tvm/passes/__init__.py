@@ -1,6 +1,7 @@
 """Relax passes of codl-tvm, one pass per file."""
 
 from .adreno_texture import UseAdrenoTexture
+from .back_textures_with_buffers import BackTexturesWithBuffers
 from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
 from .fuse_epilogues import FuseEpilogues
@@ -12,7 +13,8 @@ from .texture_scope import AnnotateTextureScope
 from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
-    "AnnotateTextureScope", "BindKernelTargets", "CoExecutionPartition", "FuseEpilogues",
-    "LiftDeviceConstants", "LowerSlicesToBlockCopies", "OverlapCopies",
+    "AnnotateTextureScope", "BackTexturesWithBuffers", "BindKernelTargets",
+    "CoExecutionPartition", "FuseEpilogues", "LiftDeviceConstants", "LowerSlicesToBlockCopies",
+    "OverlapCopies",
     "StageCrossDeviceCopies", "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]
