@@ -95,15 +95,15 @@ def literal(literals: dict[str, np.ndarray], a: np.ndarray) -> str:
     return key
 
 
-def recipes(tensors: dict[str, np.ndarray], index: ValueIndex,
-            literals: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[str]]:
+def recipes(tensors: dict[str, np.ndarray], index: ValueIndex, literals: dict[str, np.ndarray],
+            literal_max: int = LITERAL_MAX) -> tuple[dict[str, Any], list[str]]:
     """Each tensor as a view recipe, or a literal (added to ``literals``); also the names of
     large tensors that are neither (drawn at random on the target: outputs then differ)."""
     out, missing = {}, []
     for name, a in tensors.items():
         a = np.asarray(a)
         rec = index.find(a)
-        if rec is None and a.nbytes > LITERAL_MAX:
+        if rec is None and a.nbytes > literal_max:
             missing.append(name)
             rec = {"random": list(a.shape), "dtype": str(a.dtype)}
         elif rec is None:
