@@ -47,25 +47,34 @@ MODELS: dict[str, dict[str, str]] = {
 
 
 # ---- build side (full TVM, onnx, torchvision) -------------------------------------------
-def source_model(name: str, seed: int, work: Path) -> dict[str, Any]:
-    """The model with its source tensors drawn from ``seed``: ONNX files for onnxruntime and
-    codl-tvm, the source specs, the inputs and, for torchvision models, the module's state."""
+def seeded_zoo_model(zoo_name: str, seed: int, path: Path) -> list[dict[str, Any]]:
+    """Write the zoo model with its float tensors of :data:`MIN_SIZE` elements or more drawn
+    from ``seed`` (:func:`draw`) to ``path``; returns their specs."""
     import onnx
     from onnx import numpy_helper
 
+    from codl_tvm import zoo
+
+    proto = onnx.load(zoo.get(zoo_name))
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    specs = [spec_of(k, a) for k, a in inits.items()
+             if a.dtype == np.float32 and a.size >= MIN_SIZE]
+    drawn = draw(specs, seed)
+    for t in proto.graph.initializer:
+        if t.name in drawn:
+            t.CopyFrom(numpy_helper.from_array(drawn[t.name], t.name))
+    onnx.save(proto, path)
+    return specs
+
+
+def source_model(name: str, seed: int, work: Path) -> dict[str, Any]:
+    """The model with its source tensors drawn from ``seed``: ONNX files for onnxruntime and
+    codl-tvm, the source specs, the inputs and, for torchvision models, the module's state."""
     info, path = MODELS[name], work / f"{name}.onnx"
     if "zoo" in info:
         from codl_tvm import zoo
 
-        proto = onnx.load(zoo.get(info["zoo"]))
-        inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
-        specs = [spec_of(k, a) for k, a in inits.items()
-                 if a.dtype == np.float32 and a.size >= MIN_SIZE]
-        drawn = draw(specs, seed)
-        for t in proto.graph.initializer:
-            if t.name in drawn:
-                t.CopyFrom(numpy_helper.from_array(drawn[t.name], t.name))
-        onnx.save(proto, path)
+        specs = seeded_zoo_model(info["zoo"], seed, path)
         inputs = zoo.info(info["zoo"])["inputs"]
         state = None
     else:

@@ -37,7 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from anchors_weights import MIN_SIZE, ValueIndex, draw, realize, recipes, spec_of  # noqa: E402
+from anchors_models import seeded_zoo_model  # noqa: E402
+from anchors_weights import ValueIndex, draw, realize, recipes  # noqa: E402
 
 MODELS = ("yolo-v2", "vgg-16", "resnet-18", "mobilenet-v2", "inception-v3", "posenet",
           "fast-style-transfer")
@@ -90,21 +91,10 @@ def _plan(mod: Any, name: str) -> Any:
 def build_model(model: str, out: Path, work: Path) -> dict[str, Any]:
     import warnings
 
-    import onnx
-    from onnx import numpy_helper
-
     import codl_tvm
-    from codl_tvm import zoo
 
-    proto = onnx.load(zoo.get(model))
-    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-    specs = [spec_of(k, a) for k, a in inits.items()
-             if a.dtype == np.float32 and a.size >= MIN_SIZE]
+    specs = seeded_zoo_model(model, SEED, work / f"{model}.onnx")
     sources = draw(specs, SEED)
-    for t in proto.graph.initializer:
-        if t.name in sources:
-            t.CopyFrom(numpy_helper.from_array(sources[t.name], t.name))
-    onnx.save(proto, work / f"{model}.onnx")
     mod = codl_tvm.load_model(work / f"{model}.onnx")
     index, lits, pairs = ValueIndex(sources), {}, _pairs()
     meta: dict[str, Any] = {"model": model, "seed": SEED, "sources": specs, "plans": {}}
