@@ -1,9 +1,9 @@
-"""The CPU matmul kernel against a register-blocked one that packs its weight, on this host.
+"""The CPU matmul's two kernels (``KernelVariants.cpu_matmul``) on this host, shape by shape.
 
-The dispatch's CPU matmul (``schedules.cpu_rules.schedule_matmul``) keeps a task's whole
-accumulator (4 rows x up to 16 column blocks) in memory and streams the (K, N) weight row by
-row. The variant packs the weight into ``(N / NR, K, NR)`` panels inside the kernel and runs
-each ``MR x NR`` output tile over all of K with its accumulators in registers. Same shapes, one
+``streamed`` keeps a task's whole accumulator (4 rows x up to 16 column blocks) in memory and
+streams the (K, N) weight row by row; ``packed`` (the default above a GEMV's rows) copies the
+weight into ``(N / NR, K, NR)`` panels inside the kernel and runs each 4-row x NR-column tile
+over all of K with its accumulators in registers (``schedules.cpu_rules``). Same shapes, one
 process, ``time_evaluator`` (best of 5 x 5 runs), outputs checked against numpy:
 
     python benchmarks/cpu_gemm_variants.py [-o benchmarks/results/cpu-gemm-variants.json]
@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = [(197, 768, 2304), (197, 768, 3072), (197, 3072, 768), (128, 768, 768),
           (3136, 96, 384), (1536, 64, 128)]
-MR, NR_VECTORS = 4, 4  # register tile: 4 rows x 4 SIMD vectors (16 accumulators)
 
 
 def _matmul(m: int, k: int, n: int):
@@ -38,51 +37,18 @@ def _matmul(m: int, k: int, n: int):
     return a, b, te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
 
 
-def dispatch_kernel(m: int, k: int, n: int, target):
-    """The kernel the dispatch makes for this matmul today."""
+def dispatch_kernel(m: int, k: int, n: int, target, variant: str):
+    """The kernel the dispatch makes for this matmul with ``cpu_matmul=variant``."""
     from tvm import te
 
+    from codl_tvm import tiling
     from codl_tvm.schedules.dispatch import schedule_func
     from codl_tvm.schedules.target_info import target_info
 
-    func, blocking, _ = schedule_func(te.create_prim_func(_matmul(m, k, n)), target,
-                                      target_info(target))
+    with tiling.use_variants(cpu_matmul=variant):
+        func, blocking, _ = schedule_func(te.create_prim_func(_matmul(m, k, n)), target,
+                                          target_info(target))
     return func, blocking.algorithm
-
-
-def packed_kernel(m: int, k: int, n: int, lanes: int):
-    """Weight packed into NR-wide panels in the kernel; MR x NR tiles over all of K."""
-    from tvm import te
-    from tvm.s_tir import Schedule
-
-    nr = NR_VECTORS * lanes
-    if n % nr:  # (rows need not divide: the last row tile is predicated)
-        return None
-    a, b, _ = _matmul(m, k, n)
-    bp = te.compute((n // nr, k, nr), lambda o, r, v: b[r, o * nr + v], name="Bp")
-    r = te.reduce_axis((0, k), name="k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * bp[j // nr, r, j % nr], axis=r),
-                   name="C")
-    sch = Schedule(te.create_prim_func([a, b, c]))
-    o, ro, lane = sch.get_loops(sch.get_sblock("Bp"))
-    sch.parallel(sch.fuse(o, ro))
-    sch.vectorize(lane)
-    blk = sch.get_sblock("C")
-    i, j, kk = sch.get_loops(blk)
-    io, ii = sch.split(i, [None, MR])
-    jo, ji = sch.split(j, [None, nr])
-    jv, jl = sch.split(ji, [None, lanes])
-    sch.reorder(jo, io, kk, ii, jv, jl)
-    task = sch.fuse(jo, io)
-    sch.parallel(task)
-    acc = sch.cache_write(blk, 0, "local")
-    sch.reverse_compute_at(acc, task)
-    sch.unroll(ii)
-    sch.unroll(jv)
-    sch.vectorize(jl)
-    sch.decompose_reduction(blk, kk)
-    sch.vectorize(sch.split(sch.get_loops(acc)[-1], [None, lanes])[-1])
-    return sch.mod["main"]
 
 
 def _time_ms(func, args, target) -> float:
@@ -106,31 +72,29 @@ def main() -> int:
     target = DevicePair.preset("cpu-pair").cpu_target  # this host's CPU and cores
     lanes = target_info(target).lanes
     rows, dev = [], tvm.cpu(0)
-    print(f"{'M x K x N':>18} {'dispatch ms':>12} {'packed ms':>10} {'ratio':>6}  GFLOP/s")
+    print(f"{'M x K x N':>18} {'streamed ms':>12} {'packed ms':>10} {'ratio':>6}  GFLOP/s")
     for m, k, n in SHAPES:
         rng = np.random.default_rng(0)
         a_np = rng.standard_normal((m, k)).astype("float32")
         b_np = rng.standard_normal((k, n)).astype("float32")
         want = a_np @ b_np
-        base, algorithm = dispatch_kernel(m, k, n, target)
-        row = {"m": m, "k": k, "n": n, "dispatch_algorithm": algorithm}
-        for name, func in (("dispatch", base), ("packed", packed_kernel(m, k, n, lanes))):
-            if func is None:
-                continue
+        row: dict = {"m": m, "k": k, "n": n}
+        for variant in ("streamed", "packed"):
+            func, algorithm = dispatch_kernel(m, k, n, target, variant)
             out = tvm.runtime.empty((m, n), "float32", dev)
             ms = _time_ms(func, [tvm.runtime.tensor(a_np, dev), tvm.runtime.tensor(b_np, dev),
                                  out], target)
             err = float(np.linalg.norm(out.numpy() - want) / np.linalg.norm(want))
-            row |= {f"{name}_ms": round(ms, 4), f"{name}_rel_err": err}
-        row["speedup"] = round(row["dispatch_ms"] / row["packed_ms"], 2) if "packed_ms" in row \
-            else None
+            row |= {f"{variant}_algorithm": algorithm, f"{variant}_ms": round(ms, 4),
+                    f"{variant}_rel_err": err}
+        row["speedup"] = round(row["streamed_ms"] / row["packed_ms"], 2)
         rows.append(row)
         gflops = 2 * m * k * n / 1e6
-        print(f"{m:>6} x {k:>4} x {n:>4} {row['dispatch_ms']:12.3f} "
-              f"{row.get('packed_ms', float('nan')):10.3f} {row['speedup'] or float('nan'):6.2f}"
-              f"  {gflops / row['dispatch_ms']:.0f} -> {gflops / row.get('packed_ms', 1e9):.0f}")
+        print(f"{m:>6} x {k:>4} x {n:>4} {row['streamed_ms']:12.3f} {row['packed_ms']:10.3f} "
+              f"{row['speedup']:6.2f}  {gflops / row['streamed_ms']:.0f} -> "
+              f"{gflops / row['packed_ms']:.0f}")
     doc = {"host": platform.processor() or platform.machine(), "target": str(target),
-           "register_tile": {"rows": MR, "vectors": NR_VECTORS, "lanes": lanes}, "rows": rows}
+           "lanes": lanes, "rows": rows}
     Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

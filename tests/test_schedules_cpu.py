@@ -144,6 +144,32 @@ def test_a_batched_matmul_is_one_matmul_per_batch_index(batch, m, k, n):
     assert blocking_of(T.schedule(func, TARGETS[0])).output_size == math.prod(batch) * m * n
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=["avx512", "sse"])
+@pytest.mark.parametrize(("a", "b", "fused"), [
+    ((20, 48), (48, 64), False),  # 5 row tiles x one 4-vector panel (AVX-512)
+    ((1, 23, 40), (40, 96), True),  # rows not a multiple of the tile; 2-vector panels
+    ((1, 5, 7, 16), (16, 128), False),  # ConvNeXt's [1, H, W, C] dense
+    ((2, 3, 9, 24), (2, 3, 24, 32), False),  # a batched (attention-like) matmul
+])  # fmt: skip
+def test_packed_matmul_equals_the_streamed_one(a, b, fused, target):
+    """The packed kernel (weight panels in the kernel, a register tile over all of K) serves
+    matmuls of more than a GEMV's rows; the streamed one stays for GEMVs and for
+    ``cpu_matmul=streamed``. Both give the reference's answer."""
+    if fused:  # [M, K] or [1, M, K] x [K, N] + bias + ReLU
+        func = T.matmul_func(a[-2], a[-1], b[-1], bias_relu=True, lead=len(a) - 2)
+    else:
+        func = T.op_func([("a", a), ("b", b)], lambda bb, x, w: rop.matmul(x, w))
+    _check(func, "cpu-matmul", target)
+    assert blocking_of(T.schedule(func, target)).algorithm == "gemm-packed"
+    with tiling.use_variants(cpu_matmul="streamed"):
+        _check(func, "cpu-matmul", target)
+        assert blocking_of(T.schedule(func, target)).algorithm == "gemm"
+
+
+def test_a_gemv_keeps_the_streamed_kernel():
+    assert blocking_of(T.schedule(T.matmul_func(1, 64, 128), TARGETS[0])).algorithm == "gemv"
+
+
 @pytest.mark.parametrize("lead", [(), (1,), (1, 5)])
 def test_a_matmul_with_a_gelu_epilogue_keeps_both_readers_of_its_value(lead):
     # regression: GELU reads the dense layer's value twice (0.5 * x * (1 + erf(x / sqrt 2)));

@@ -15,6 +15,9 @@ from .blocking import Blocking
 from .cpu_conv import out_shape, padded_input
 from .target_info import TargetInfo
 
+PANEL_VECTORS = (4, 2)  # packed matmul: weight panel widths tried, in SIMD vectors (16 or 8
+# accumulators with 4 rows; benchmarks/cpu_gemm_variants.py)
+
 
 def grouped_compute(c: Conv2DInfo, t: TargetInfo):
     """``build(x, w) -> out`` for grouped/depthwise conv, output columns in SIMD lanes."""
@@ -202,6 +205,9 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
     index of a batched matmul's leading axes, each a parallel task's worth of work or more)."""
     mi, vb, n_main = matmul_tiles(m, n, t)
     names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    nr = packed_panel(m, n, t)
+    if nr:
+        return _schedule_packed(sch, m, n, nr, t, rule, lead, batch)
     if "codl_mm_main" in names:
         blk = sch.get_sblock("codl_mm_main")
         *g, i, j, r = sch.get_loops(blk)
@@ -235,4 +241,51 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
         basic_unit_shape={"n": t.lanes},
         num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
         rule=rule,
+    )
+
+
+def packed_panel(m: int, n: int, t: TargetInfo) -> int:
+    """Columns of one weight panel of the packed kernel (``KernelVariants.cpu_matmul``:
+    ``packed``, the default), or 0 for the streamed one: a GEMV streams (packing would cost as
+    much as the product), and N must be whole panels of two or four vectors."""
+    if tiling.current_variants().cpu_matmul != "packed" or m <= tiling.GEMV_MAX_ROWS:
+        return 0
+    return next((v * t.lanes for v in PANEL_VECTORS if n % (v * t.lanes) == 0), 0)
+
+
+def _schedule_packed(sch: Schedule, m: int, n: int, nr: int, t: TargetInfo, rule: str,
+                     lead: int, batch: int) -> Blocking:
+    """The weight copied into ``(N / nr, K, nr)`` panels inside the kernel; each task a tile of
+    ``mi`` rows x ``nr`` columns over all of K, its accumulators in registers (the streamed
+    kernel keeps a task's accumulator in memory)."""
+    mi, _, _ = matmul_tiles(m, n, t)
+    blk = sch.get_sblock("codl_mm_main")
+    weight = sch.mod["main"].params[1]  # (a, weight, ..., out): TIR params are buffers
+    idx = next(i for i, r in enumerate(sch.get(blk).reads) if r.source.same_as(weight))
+    panel = sch.cache_read(blk, idx, "global")
+    sch.transform_layout(blk, ("read", idx),
+                         lambda *ax: (*ax[:-2], ax[-1] // nr, ax[-2], ax[-1] % nr))
+    *outer, cols = sch.get_loops(panel)
+    sch.vectorize(sch.split(cols, [None, t.lanes])[-1])
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    *g, i, j, r = sch.get_loops(blk)
+    io, ii = sch.split(i, [None, mi])
+    jo, ju, jl = sch.split(j, [None, nr // t.lanes, t.lanes])
+    sch.reorder(*g, jo, io, r, ii, ju, jl)
+    task = sch.fuse(*g, jo, io)
+    sch.parallel(task)
+    acc = sch.cache_write(blk, 0, "local")
+    sch.reverse_compute_at(acc, task)
+    sch.unroll(ii)
+    sch.unroll(ju)
+    sch.vectorize(jl)
+    sch.decompose_reduction(blk, r)
+    sch.vectorize(sch.split(sch.get_loops(acc)[-1], [None, t.lanes])[-1])
+    loops = sch.get_loops(sch.get_sblock("codl_unpack"))
+    sch.parallel(sch.fuse(*loops[:lead + 1]) if lead else loops[0])
+    tasks = n // nr * math.ceil(m / mi) * batch
+    return Blocking(
+        algorithm="gemm-packed", processor="cpu", op="matmul", output_size=m * n * batch,
+        block_shape={"m": mi, "n": nr}, basic_unit_shape={"n": t.lanes}, num_blocks=tasks,
+        cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks}, rule=rule,
     )

@@ -18,6 +18,7 @@ from typing import Any
 from .gpu_tiles import variant_names
 
 CPU_GEMM_CHOICES = ("measured", "always")
+CPU_MATMUL_CHOICES = ("packed", "streamed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +36,18 @@ class KernelVariants:
         ``always``: every 1x1 conv, any stride (the old ``CODL_CPU_GEMM=always``).
     gpu_winograd : bool
         The GPU Winograd F(2x2,3x3) rule on (the default) or off (``CODL_GPU_WINOGRAD=0``).
+    cpu_matmul : str
+        ``packed`` (the default): a CPU matmul of more than a few rows packs its weight into
+        panels in the kernel and keeps a register tile over all of K
+        (``schedules.cpu_rules.packed_panel``; 2.4-2.6x on transformer dense layers,
+        ``benchmarks/cpu_gemm_variants.py``); ``streamed``: every matmul keeps a task's
+        accumulator in memory and streams the weight row by row, as a GEMV always does.
     """
 
     gpu_conv: str = "tiled"
     cpu_gemm: str = "measured"
     gpu_winograd: bool = True
+    cpu_matmul: str = "packed"
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -48,6 +56,9 @@ class KernelVariants:
         if self.cpu_gemm not in CPU_GEMM_CHOICES:
             raise ValueError(f"unknown cpu_gemm variant {self.cpu_gemm!r}; "
                              f"known: {list(CPU_GEMM_CHOICES)}")  # fmt: skip
+        if self.cpu_matmul not in CPU_MATMUL_CHOICES:
+            raise ValueError(f"unknown cpu_matmul variant {self.cpu_matmul!r}; "
+                             f"known: {list(CPU_MATMUL_CHOICES)}")  # fmt: skip
         if not isinstance(self.gpu_winograd, bool):
             raise ValueError(f"gpu_winograd must be true or false, not {self.gpu_winograd!r}")
 
@@ -73,7 +84,8 @@ class KernelVariants:
     @classmethod
     def parse(cls, items: Iterable[str]) -> KernelVariants:
         """From ``KEY=VALUE`` texts (the command line's ``--kernel-variant``), e.g.
-        ``gpu_conv=tiled-64``, ``cpu_gemm=always``, ``gpu_winograd=off``."""
+        ``gpu_conv=tiled-64``, ``cpu_gemm=always``, ``gpu_winograd=off``,
+        ``cpu_matmul=packed``."""
         values: dict[str, Any] = {}
         for item in items:
             key, sep, value = item.partition("=")
