@@ -194,6 +194,22 @@ def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: Ta
     return build
 
 
+def _tile_tasks(sch: Schedule, blk: SBlockRV, outer: list, r, tile: list) -> SBlockRV:
+    """The ``outer`` loops fused into parallel tasks, each running K (``r``) over its ``tile``
+    (rows, [blocks,] vectors, lanes: rows and vectors unrolled, lanes vectorised) into an
+    accumulator cached locally per task; returns the accumulator's write-back block."""
+    sch.reorder(*outer, r, *tile)
+    task = sch.fuse(*outer)
+    sch.parallel(task)
+    acc = sch.cache_write(blk, 0, "local")
+    sch.reverse_compute_at(acc, task)
+    sch.unroll(tile[0])
+    sch.unroll(tile[-2])
+    sch.vectorize(tile[-1])
+    sch.decompose_reduction(blk, r)
+    return acc
+
+
 def _blocks_per_task(m: int, k: int, n: int, t: TargetInfo) -> int:
     mi, vb, n_main = matmul_tiles(m, n, t)
     return tiling.matmul_blocks_per_task(n_main // vb, math.ceil(m / mi), k * n_main * 4, t.cores)
@@ -217,15 +233,7 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
         per_task = _blocks_per_task(m, k, n, t)
         jo, jm, jv = sch.split(j, [None, per_task, vb])
         ju, jl = sch.split(jv, [None, t.lanes])
-        sch.reorder(*g, jo, io, r, ii, jm, ju, jl)
-        task = sch.fuse(*g, jo, io)
-        sch.parallel(task)
-        acc = sch.cache_write(blk, 0, "local")
-        sch.reverse_compute_at(acc, task)
-        sch.unroll(ii)
-        sch.unroll(ju)
-        sch.vectorize(jl)
-        sch.decompose_reduction(blk, r)
+        _tile_tasks(sch, blk, [*g, jo, io], r, [ii, jm, ju, jl])
     if "codl_mm_tail" in names:
         blk = sch.get_sblock("codl_mm_tail")
         *g, i, j, r = sch.get_loops(blk)
@@ -271,15 +279,7 @@ def _schedule_packed(sch: Schedule, m: int, n: int, nr: int, t: TargetInfo, rule
     *g, i, j, r = sch.get_loops(blk)
     io, ii = sch.split(i, [None, mi])
     jo, ju, jl = sch.split(j, [None, nr // t.lanes, t.lanes])
-    sch.reorder(*g, jo, io, r, ii, ju, jl)
-    task = sch.fuse(*g, jo, io)
-    sch.parallel(task)
-    acc = sch.cache_write(blk, 0, "local")
-    sch.reverse_compute_at(acc, task)
-    sch.unroll(ii)
-    sch.unroll(ju)
-    sch.vectorize(jl)
-    sch.decompose_reduction(blk, r)
+    acc = _tile_tasks(sch, blk, [*g, jo, io], r, [ii, ju, jl])
     sch.vectorize(sch.split(sch.get_loops(acc)[-1], [None, t.lanes])[-1])
     loops = sch.get_loops(sch.get_sblock("codl_unpack"))
     sch.parallel(sch.fuse(*loops[:lead + 1]) if lead else loops[0])
