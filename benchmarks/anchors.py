@@ -68,7 +68,9 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     graph = am.graph_json(proto) if "zoo" in am.MODELS[name] else None  # for the replay
     out = Path(args.out) / name
-    if out.exists():
+    if out.exists():  # a folder of ours (an earlier build of this model) is rebuilt
+        if not (out / "meta.json").is_file():
+            raise SystemExit(f"{out} exists and is not an anchors build; choose another --out")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     external, embedded, offset = [], {}, 0
@@ -91,8 +93,14 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     mod, meta["codl_onnx"] = am.codl_module(src["path"], work)
     variants = {"cpu": ("cpu", False)} if pair.is_cpu_only else {
         "cpu": ("cpu", False), "gpu": ("gpu", False), "gpu-graph": ("gpu", True)}
+    kernels = {name: None for name in variants}
+    if args.baseline_variant and not pair.is_cpu_only:  # the same graph build, other kernels
+        variants["gpu-graph-base"] = ("gpu", True)
+        kernels["gpu-graph-base"] = codl_tvm.KernelVariants.parse(args.baseline_variant)
+        meta["baseline_variant"] = ",".join(args.baseline_variant)
     for variant, (place, graph_on) in variants.items():
-        exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, place), cuda_graph=graph_on)
+        exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, place), cuda_graph=graph_on,
+                               variants=kernels[variant])
         exe.export(out / variant, weights=False, overwrite=True)
         params = {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v)
                   for k, v in exe.params.items()}
@@ -221,7 +229,8 @@ def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
     cpu = interleaved({n: eng[n][0] for n in ("codl-cpu", "onnxruntime", "torch-cpu")
                        if n in eng}, args)
     gpu_t = interleaved({n: eng[n][0] for n in ("codl-gpu", "codl-gpu-graph", "torch-cuda",
-                                                 "torch-graph") if n in eng}, args) if gpu else {}
+                                                 "torch-graph", "codl-gpu-graph-base")
+                         if n in eng}, args) if gpu else {}
     base = {"model": model, "machine": args.machine, "threads": args.threads,
             "load1": round(os.getloadavg()[0], 2), "omp_wait_policy": os.environ.get(
                 "OMP_WAIT_POLICY", "default"), **args.devices,
@@ -231,6 +240,9 @@ def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
     if gpu:
         pairs += [("gpu", "codl-gpu", "torch-cuda", "torch-eager", gpu_t),
                   ("gpu", "codl-gpu-graph", "torch-graph", "torch-cudagraph", gpu_t)]
+        if "gpu-graph-base" in meta["codl"]:  # the default kernels against a baseline's
+            pairs.append(("gpu", "codl-gpu-graph", "codl-gpu-graph-base",
+                          f"codl-cudagraph[{meta['baseline_variant']}]", gpu_t))
     rows = []
     for proc, codl, anchor, label, times in pairs:
         row = base | {"processor": proc, "anchor": label, "codl_build": codl}
@@ -339,6 +351,9 @@ def main() -> int:
     b.add_argument("--models", default=",".join(am.MODELS))
     b.add_argument("--seed", type=int, default=0, help="the source tensors' seed")
     b.add_argument("--pack", help="also write this .tgz of --out (what travels)")
+    b.add_argument("--baseline-variant", action="append", metavar="KEY=VALUE",
+                   help="x86-cuda: also build the CUDA-graph model with these kernel variants "
+                        "(e.g. gpu_matmul=dlight), timed beside the default build")
     r = sub.add_parser("run", help="time every engine on this machine")
     r.add_argument("artifacts")
     r.add_argument("--json", required=True, help="rows merge into this file")

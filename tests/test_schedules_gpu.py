@@ -40,7 +40,9 @@ CASES = {
     "instance-norm-mean": (lambda: T.op_func([("x", (1, 6, 40, 30))], lambda bb, x: rop.mean(
         x, axis=[2, 3], keepdims=True)), "gpu-global-pool2d"),
     "gemv": (lambda: T.matmul_func(1, 64, 37), "gpu-gemv"),
-    "gemm": (lambda: T.matmul_func(30, 64, 100), "gpu-matmul"),
+    "gemm": (lambda: T.matmul_func(30, 64, 100), "gpu-matmul-tiled"),
+    "batched-matmul": (lambda: T.op_func([("a", (2, 3, 9, 24)), ("b", (2, 3, 24, 32))],
+                                         lambda bb, a, b: rop.matmul(a, b)), "gpu-matmul-tiled"),
 }
 
 

@@ -326,6 +326,7 @@ MIRRORS: dict[str, tuple[Rule, tuple[str, ...]]] = {
 NOT_MIRRORED: dict[str, str] = {
     "cpu-conv2d-transpose": "OpSpec has no transposed conv",
     "gpu-conv2d-transpose-tiled": "OpSpec has no transposed conv",
+    "gpu-matmul-tiled": "a batch-1 dense always meets gpu-gemv's predicate (M <= 4)",
     "gpu-matmul": "a batch-1 dense always meets gpu-gemv's predicate (M <= 4)",
 }
 

@@ -116,7 +116,7 @@ def matmul_tiles(m: int, n: int, t: TargetInfo) -> tuple[int, int, int]:
     return mi, vb, n // vb * vb
 
 
-def _unravel(i, dims: tuple[int, ...]) -> tuple:
+def unravel(i, dims: tuple[int, ...]) -> tuple:
     """Flat index ``i`` over ``dims`` as one index per axis (unit axes 0, no division for
     the outermost axis that is not)."""
     out, live = [], [d for d in dims if d != 1]
@@ -130,7 +130,7 @@ def _unravel(i, dims: tuple[int, ...]) -> tuple:
     return tuple(reversed(out))
 
 
-def _ravel(idx, dims: tuple[int, ...]):
+def ravel(idx, dims: tuple[int, ...]):
     """One index per axis of ``dims`` as the flat index (unit axes skipped)."""
     flat = None
     for d, x in zip(dims, idx, strict=True):
@@ -173,8 +173,8 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
 
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         parts, n_main = _matmul_parts(
-            (m,), k, n, t, lambda i, r, j: a[(*_unravel(i[0], rows), r)] * b[r, j])
-        return _unpack((*rows, n), parts, n_main, lambda lead: (_ravel(lead, rows),))
+            (m,), k, n, t, lambda i, r, j: a[(*unravel(i[0], rows), r)] * b[r, j])
+        return _unpack((*rows, n), parts, n_main, lambda lead: (ravel(lead, rows),))
 
     return build
 
@@ -184,12 +184,12 @@ def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: Ta
     operands lead with (attention's Q K^T and P V), parts as :func:`matmul_compute`'s."""
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         def load(gi, r, j):
-            g = _unravel(gi[0], batch)
+            g = unravel(gi[0], batch)
             return a[(*g, gi[1], r)] * b[(*g, r, j)]
 
         parts, n_main = _matmul_parts((math.prod(batch), m), k, n, t, load)
         return _unpack((*batch, m, n), parts, n_main,
-                       lambda lead: (_ravel(lead[:-1], batch), lead[-1]))
+                       lambda lead: (ravel(lead[:-1], batch), lead[-1]))
 
     return build
 

@@ -29,6 +29,7 @@ from . import (
     cpu_rules,
     cpu_winograd,
     gpu_conv,
+    gpu_matmul,
     gpu_rules,
     gpu_winograd,
 )
@@ -247,6 +248,9 @@ IMPLEMENTATIONS: dict[str, tuple[Callable[[OpInfo, TargetInfo], bool], ApplyFn]]
     # 1024 -> 1000 on the H100); Reduction splits K over 16 threads and reduces across them
     "gpu-gemv": (_small_m,
                  _dlight(("gemv", "low_batch_gemv", "matmul", "reduction", "fallback"), "gemv")),
+    # more rows than a GEMV's (transformers' dense layers, attention's batched matmuls): the
+    # conv's tiled GEMM (KernelVariants.gpu_matmul; "dlight" leaves them to the next row)
+    "gpu-matmul-tiled": (_f32, gpu_matmul.apply),
     "gpu-matmul": (_always, _dlight(("matmul", "fallback"), "gemm")),
     "gpu-elementwise": (_always, _dlight(("fallback",), "elementwise")),
 }

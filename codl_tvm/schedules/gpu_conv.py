@@ -212,7 +212,9 @@ def schedule_conv(sch: Schedule, plan: ConvTiling, threads: bool = True,
         _cooperative(sch, name, tile, threads, k_inner=k_inner)
         if k_inner:
             # lanes store down a [bk][bm] column: pad the rows so they land in other banks
-            sch.storage_align(stage, 0, axis=0, factor=SMEM_BANKS, offset=wt_row_pad(tile))
+            # (the K axis: the tile's rows; a batched matmul's tile has the batch in front)
+            axis = len(sch.get(stage).writes[0].region) - 2
+            sch.storage_align(stage, 0, axis=axis, factor=SMEM_BANKS, offset=wt_row_pad(tile))
     for index in (0, 1):
         reg = sch.cache_read(conv, index, "local")
         sch.compute_at(reg, ki)

@@ -40,6 +40,7 @@ TABLE: tuple[TableRow, ...] = (
     TableRow("gpu-global-pool2d", "gpu", ("pool2d",)),
     TableRow("gpu-pool2d", "gpu", ("pool2d",)),
     TableRow("gpu-gemv", "gpu", ("matmul",)),
+    TableRow("gpu-matmul-tiled", "gpu", ("matmul",)),
     TableRow("gpu-matmul", "gpu", ("matmul",)),
     TableRow("gpu-elementwise", "gpu", ("elementwise",)),
 )

@@ -42,16 +42,24 @@ class KernelVariants:
         (``schedules.cpu_rules.packed_panel``; 2.4-2.6x on transformer dense layers,
         ``benchmarks/cpu_gemm_variants.py``); ``streamed``: every matmul keeps a task's
         accumulator in memory and streams the weight row by row, as a GEMV always does.
+    gpu_matmul : str
+        Tile table of the ``gpu-matmul-tiled`` rule (the GPU conv's tables, rows on their
+        output-channel side), or ``dlight`` to leave matmuls of more than a GEMV's rows to
+        DLight's Matmul rule.
     """
 
     gpu_conv: str = "tiled"
     cpu_gemm: str = "measured"
     gpu_winograd: bool = True
     cpu_matmul: str = "packed"
+    gpu_matmul: str = "tiled"
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
                 raise ValueError(f"unknown gpu_conv variant {self.gpu_conv!r}; "
+                                 f"known: {variant_names()}")  # fmt: skip
+        if self.gpu_matmul not in variant_names():
+                raise ValueError(f"unknown gpu_matmul variant {self.gpu_matmul!r}; "
                                  f"known: {variant_names()}")  # fmt: skip
         if self.cpu_gemm not in CPU_GEMM_CHOICES:
             raise ValueError(f"unknown cpu_gemm variant {self.cpu_gemm!r}; "

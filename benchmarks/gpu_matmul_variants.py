@@ -1,0 +1,180 @@
+"""The GPU matmul's kernels (``KernelVariants.gpu_matmul``) against PyTorch, shape by shape.
+
+``dlight`` is TVM 0.27's DLight ``Matmul`` rule (what every GPU matmul of more than a GEMV's
+rows ran before); the others are ``gpu-matmul-tiled`` (``schedules.gpu_matmul``: the GPU
+conv's tiled GEMM) with each of the conv's tile tables. PyTorch runs ``torch.matmul`` (cuBLAS,
+fp32, TF32 off) in the same process. Kernels are built here and timed there:
+
+    python benchmarks/gpu_matmul_variants.py build -o .devcarry/gpu-matmul      # ~3 min
+    # there (runtime-only TVM, torch)
+    python benchmarks/gpu_matmul_variants.py run .devcarry/gpu-matmul --json $OUT/gm.json
+    # here
+    python benchmarks/gpu_matmul_variants.py report gm.json \
+        -o benchmarks/results/gpu-matmul-variants.json
+
+Shapes: BERT-base's dense layers (128 tokens) and attention (12 heads, 128 x 64), ViT-B/16's
+(197 tokens), ConvNeXt-T's first and last MLPs ([1, H, W, C] rows). Each time is the median
+of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (name, batch axes, M, K, N): batch axes lead both operands (attention) or are () (dense)
+SHAPES = [
+    ("bert-qkvo", (), 128, 768, 768), ("bert-ffn1", (), 128, 768, 3072),
+    ("bert-ffn2", (), 128, 3072, 768), ("bert-qk", (12,), 128, 64, 128),
+    ("bert-pv", (12,), 128, 128, 64), ("vit-qkv", (), 197, 768, 2304),
+    ("vit-ffn1", (), 197, 768, 3072), ("vit-ffn2", (), 197, 3072, 768),
+    ("vit-qk", (12,), 197, 64, 197), ("convnext-s1-mlp1", (), 3136, 96, 384),
+    ("convnext-s4-mlp2", (), 49, 3072, 768),
+]
+VARIANTS = ("dlight", "tiled", "tiled-64", "tiled-128", "tiled-nosplitk")
+
+
+def _func(batch: tuple[int, ...], m: int, k: int, n: int):
+    from tvm import te
+
+    a = te.placeholder((*batch, m, k), name="A")
+    b = te.placeholder(((*batch, k, n) if batch else (k, n)), name="B")
+    r = te.reduce_axis((0, k), name="k")
+
+    def body(*ix):
+        g = ix[:-2]
+        return te.sum(a[(*g, ix[-2], r)] * b[(*g, r, ix[-1]) if batch else (r, ix[-1])], axis=r)
+
+    return te.create_prim_func([a, b, te.compute((*batch, m, n), body, name="C")])
+
+
+def build(args: argparse.Namespace) -> int:
+    import tvm
+
+    from codl_tvm import tiling
+    from codl_tvm.schedules.dispatch import schedule_func
+    from codl_tvm.schedules.target_info import target_info
+
+    target = tvm.target.Target({"kind": "cuda", "arch": args.arch}, host={"kind": "llvm"})
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=False)
+    rows = []
+    for name, batch, m, k, n in SHAPES:
+        for variant in VARIANTS:
+            with tiling.use_variants(gpu_matmul=variant):
+                func, blocking, _ = schedule_func(_func(batch, m, k, n), target,
+                                                  target_info(target))
+            lib = f"{name}.{variant}.so"
+            func = func.with_attr("global_symbol", "main").with_attr("target", target)
+            tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
+                str(out / lib))
+            rows.append({"shape": name, "batch": list(batch), "m": m, "k": k, "n": n,
+                         "variant": variant, "algorithm": blocking.algorithm,
+                         "grid": blocking.grid, "lib": lib})
+            print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
+    (out / "manifest.json").write_text(json.dumps({"arch": args.arch, "rows": rows}, indent=1))
+    return 0
+
+
+def _torch_ms(a, b) -> float:
+    import torch
+
+    ta, tb = (torch.from_numpy(x).cuda() for x in (a, b))
+    for _ in range(3):
+        torch.matmul(ta, tb)
+    torch.cuda.synchronize()
+    reps, times = 20, []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            torch.matmul(ta, tb)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return float(np.median(times))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import tvm
+
+    from codl_tvm import runtime
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if not runtime.enable_cuda():
+        print("no CUDA device", file=sys.stderr)
+        return 1
+    folder = Path(args.artifacts)
+    doc = json.loads((folder / "manifest.json").read_text())
+    dev, rng, rows, torch_ms = tvm.cuda(0), np.random.default_rng(0), [], {}
+    for row in doc["rows"]:
+        batch, m, k, n = tuple(row["batch"]), row["m"], row["k"], row["n"]
+        a = rng.standard_normal((*batch, m, k)).astype("float32")
+        b = rng.standard_normal((*batch, k, n) if batch else (k, n)).astype("float32")
+        want = np.matmul(a, b)
+        lib = tvm.runtime.load_module(str(folder / row["lib"]))
+        ta, tb = tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev)
+        tc = tvm.runtime.empty(want.shape, "float32", dev)
+        ev = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)
+        ms = float(np.median(ev(ta, tb, tc).results)) * 1e3
+        err = float(np.abs(tc.numpy() - want).max() / np.abs(want).max())
+        if row["shape"] not in torch_ms:
+            torch_ms[row["shape"]] = _torch_ms(a, b)
+        flop = 2 * math.prod(batch or (1,)) * m * k * n
+        rows.append(row | {"ms": ms, "torch_ms": torch_ms[row["shape"]], "rel_err": err,
+                           "gflops": flop / ms / 1e6})
+        print(f"{row['shape']:18} {row['variant']:15} {ms:8.4f} ms  torch "
+              f"{torch_ms[row['shape']]:8.4f} ms  err {err:.1e}", flush=True)
+    result = {"gpu": torch.cuda.get_device_name(0), "arch": doc["arch"],
+              "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
+    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    doc = json.loads(Path(args.file).read_text())
+    by_shape: dict[str, dict[str, dict]] = {}
+    for r in doc["rows"]:
+        by_shape.setdefault(r["shape"], {})[r["variant"]] = r
+    print(f"{doc['gpu']}: ms per call (torch / variant in brackets)")
+    print(f"| shape | torch | {' | '.join(VARIANTS)} | best tiled / dlight |")
+    print("|---|---:|" + "---:|" * len(VARIANTS) + "---:|")
+    for shape, v in by_shape.items():
+        t = next(iter(v.values()))["torch_ms"]
+        cells = [f"{v[x]['ms']:.4f} ({t / v[x]['ms']:.2f})" if x in v else "-" for x in VARIANTS]
+        tiled = [v[x]["ms"] for x in VARIANTS if x != "dlight" and x in v]
+        gain = v["dlight"]["ms"] / min(tiled) if tiled and "dlight" in v else float("nan")
+        print(f"| {shape} | {t:.4f} | {' | '.join(cells)} | {gain:.2f} |")
+    if args.output:
+        Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="kernels for every shape and variant (here)")
+    b.add_argument("-o", "--output", required=True, help="a new folder")
+    b.add_argument("--arch", default="sm_90")
+    r = sub.add_parser("run", help="time them beside torch.matmul (there)")
+    r.add_argument("artifacts")
+    r.add_argument("--json", required=True)
+    t = sub.add_parser("report", help="print the table; -o keeps the file")
+    t.add_argument("file")
+    t.add_argument("-o", "--output")
+    args = p.parse_args()
+    return {"build": build, "run": run, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
