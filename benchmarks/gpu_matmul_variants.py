@@ -5,7 +5,8 @@ rows ran before); the others are ``gpu-matmul-tiled`` (``schedules.gpu_matmul``:
 conv's tiled GEMM) with each of the conv's tile tables. PyTorch runs ``torch.matmul`` (cuBLAS,
 fp32, TF32 off) in the same process. Kernels are built here and timed there:
 
-    python benchmarks/gpu_matmul_variants.py build -o .devcarry/gpu-matmul      # ~3 min
+    python benchmarks/gpu_matmul_variants.py build -o .devcarry/gpu-matmul \
+        --candidates --held-out                                                # ~15 s
     # there (runtime-only TVM, torch)
     python benchmarks/gpu_matmul_variants.py run .devcarry/gpu-matmul --json $OUT/gm.json
     # here
@@ -13,8 +14,10 @@ fp32, TF32 off) in the same process. Kernels are built here and timed there:
         -o benchmarks/results/gpu-matmul-variants.json
 
 Shapes: BERT-base's dense layers (128 tokens) and attention (12 heads, 128 x 64), ViT-B/16's
-(197 tokens), ConvNeXt-T's first and last MLPs ([1, H, W, C] rows). Each time is the median
-of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against numpy.
+(197 tokens), ConvNeXt-T's first and last MLPs ([1, H, W, C] rows); ``--held-out`` adds other
+transformers' shapes, ``--candidates`` trial tiles that are not in the library. Each time is
+the median of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against
+numpy.
 """
 
 from __future__ import annotations
@@ -40,6 +43,19 @@ SHAPES = [
     ("convnext-s4-mlp2", (), 49, 3072, 768),
 ]
 VARIANTS = ("dlight", "tiled", "tiled-64", "tiled-128", "tiled-nosplitk")
+# shapes of other transformers, kept apart: what a tile choice made on the shapes above scores
+# on shapes it was not chosen on (T5-small's, GPT-2-medium's, a 7B LLM's MLP at 64 tokens)
+HELD_OUT = [
+    ("t5s-ffn1", (), 256, 512, 2048), ("t5s-ffn2", (), 256, 2048, 512),
+    ("gpt2m-qkv", (), 512, 1024, 3072), ("gpt2m-ffn2", (), 512, 4096, 1024),
+    ("llm7b-ffn1", (), 64, 4096, 11008), ("llm7b-ffn2", (), 64, 11008, 4096),
+]
+# trial tiles, one table each ("any" shape, split-K on): built by --candidates only, they are
+# not in the library's tables
+CANDIDATES = {
+    "try-128x128": (16, 8, 16, 8, 8), "try-64x128": (8, 8, 16, 8, 8),
+    "try-64x64-r8": (8, 8, 8, 8, 8), "try-128x64-k16": (16, 8, 16, 4, 16),
+}
 
 
 def _func(batch: tuple[int, ...], m: int, k: int, n: int):
@@ -66,9 +82,14 @@ def build(args: argparse.Namespace) -> int:
     target = tvm.target.Target({"kind": "cuda", "arch": args.arch}, host={"kind": "llvm"})
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=False)
+    variants = list(VARIANTS)
+    if args.candidates:
+        for name, dims in CANDIDATES.items():
+            tiling.VARIANTS[name] = (tiling.ShapeClass("any", tiling.Tile(*dims)),)
+            variants.append(name)
     rows = []
-    for name, batch, m, k, n in SHAPES:
-        for variant in VARIANTS:
+    for name, batch, m, k, n in SHAPES + (HELD_OUT if args.held_out else []):
+        for variant in variants:
             with tiling.use_variants(gpu_matmul=variant):
                 func, blocking, _ = schedule_func(_func(batch, m, k, n), target,
                                                   target_info(target))
@@ -146,12 +167,13 @@ def report(args: argparse.Namespace) -> int:
     for r in doc["rows"]:
         by_shape.setdefault(r["shape"], {})[r["variant"]] = r
     print(f"{doc['gpu']}: ms per call (torch / variant in brackets)")
-    print(f"| shape | torch | {' | '.join(VARIANTS)} | best tiled / dlight |")
-    print("|---|---:|" + "---:|" * len(VARIANTS) + "---:|")
+    names = list(dict.fromkeys(r["variant"] for r in doc["rows"]))
+    print(f"| shape | torch | {' | '.join(names)} | best tiled / dlight |")
+    print("|---|---:|" + "---:|" * len(names) + "---:|")
     for shape, v in by_shape.items():
         t = next(iter(v.values()))["torch_ms"]
-        cells = [f"{v[x]['ms']:.4f} ({t / v[x]['ms']:.2f})" if x in v else "-" for x in VARIANTS]
-        tiled = [v[x]["ms"] for x in VARIANTS if x != "dlight" and x in v]
+        cells = [f"{v[x]['ms']:.4f} ({t / v[x]['ms']:.2f})" if x in v else "-" for x in names]
+        tiled = [v[x]["ms"] for x in names if x != "dlight" and x in v]
         gain = v["dlight"]["ms"] / min(tiled) if tiled and "dlight" in v else float("nan")
         print(f"| {shape} | {t:.4f} | {' | '.join(cells)} | {gain:.2f} |")
     if args.output:
@@ -166,6 +188,8 @@ def main() -> int:
     b = sub.add_parser("build", help="kernels for every shape and variant (here)")
     b.add_argument("-o", "--output", required=True, help="a new folder")
     b.add_argument("--arch", default="sm_90")
+    b.add_argument("--candidates", action="store_true", help="also the trial tiles")
+    b.add_argument("--held-out", action="store_true", help="also the held-out shapes")
     r = sub.add_parser("run", help="time them beside torch.matmul (there)")
     r.add_argument("artifacts")
     r.add_argument("--json", required=True)
