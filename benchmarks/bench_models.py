@@ -101,6 +101,7 @@ def report(args: argparse.Namespace) -> int:
     doc = {"sms": args.sms, "gpu": args.gpu, "rows": rows}
     write_json(args.output, doc, dumps=lambda d: json.dumps(d, indent=1) + "\n")
     print(markdown_table(rows))
+    print(prediction_table(rows))
     return 0
 
 
@@ -142,6 +143,42 @@ def _plan_alone(mine: dict[str, dict]) -> str:
     return f"{single / ms['plan']:.2f} ({guard['chosen']})"
 
 
+def own_latency_ms(row: dict) -> float:
+    """A plan's own latency: where it was guarded, what the guard measured of the plan (the
+    row's ``latency_ms`` is then what the guard ran, often another build)."""
+    guard = row.get("guard")
+    return guard["latency_ms"]["plan"] if guard else row["latency_ms"]
+
+
+def prediction_table(rows: list[dict], band: float = 0.15) -> str:
+    """How many plans' ``predicted_ms`` fall within ``band`` of their own latency, and the
+    range of predicted / measured, for all plans and per kind."""
+    kinds = {"all": rows,
+             "gpu-only, layer-to-processor": [
+                 r for r in rows
+                 if r["plan"] in ("gpu-only", "layer-to-processor") and not r.get("guard")],
+             "cpu-only": [r for r in rows if r["plan"] == "cpu-only"],
+             "both processors (guarded plans)": [r for r in rows if r.get("guard")]}
+    out = ["| plans | within +-15% | predicted / measured |", "|---|---:|---|"]
+    for name, rs in kinds.items():
+        ratios = [r["predicted_ms"] / own_latency_ms(r) for r in rs
+                  if r.get("predicted_ms") and r.get("latency_ms")]
+        if not ratios:
+            continue
+        inside = sum(abs(x - 1) <= band for x in ratios)
+        out.append(f"| {name} | {inside} of {len(ratios)} | {min(ratios):.2f}-{max(ratios):.2f} |")
+    return "\n".join(out)
+
+
+def predictions(args: argparse.Namespace) -> int:
+    import json
+
+    for path in args.files:
+        doc = json.loads(Path(path).read_text())
+        print(f"{path} ({doc.get('sms') or 'full'} SMs)\n{prediction_table(doc['rows'])}\n")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,8 +212,11 @@ def main() -> int:
     t.add_argument("--sms", type=int, required=True, help="SMs the GPU ran with")
     t.add_argument("--gpu", default="", help="the GPU's name")
     t.add_argument("-o", "--output", required=True)
+    w = sub.add_parser("predictions", help="predicted_ms against each plan's own latency")
+    w.add_argument("files", nargs="+", help="result files (benchmarks/results/bench-*.json)")
     args = p.parse_args()
-    return {"build": build, "run": run, "report": report}[args.cmd](args)
+    return {"build": build, "run": run, "report": report,
+            "predictions": predictions}[args.cmd](args)
 
 
 if __name__ == "__main__":
