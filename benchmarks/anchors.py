@@ -96,8 +96,9 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     kernels = {name: None for name in variants}
     if args.baseline_variant and not pair.is_cpu_only:  # the same graph build, other kernels
         variants["gpu-graph-base"] = ("gpu", True)
-        kernels["gpu-graph-base"] = codl_tvm.KernelVariants.parse(args.baseline_variant)
-        meta["baseline_variant"] = ",".join(args.baseline_variant)
+        items = [kv for item in args.baseline_variant for kv in item.split(",")]
+        kernels["gpu-graph-base"] = codl_tvm.KernelVariants.parse(items)
+        meta["baseline_variant"] = ",".join(items)
     for variant, (place, graph_on) in variants.items():
         exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, place), cuda_graph=graph_on,
                                variants=kernels[variant])

@@ -17,7 +17,7 @@ Shapes: BERT-base's dense layers (128 tokens) and attention (12 heads, 128 x 64)
 (197 tokens), ConvNeXt-T's first and last MLPs ([1, H, W, C] rows); ``--held-out`` adds other
 transformers' shapes, ``--candidates`` trial tiles that are not in the library. Each time is
 the median of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against
-numpy.
+PyTorch's.
 """
 
 from __future__ import annotations
@@ -58,6 +58,25 @@ CANDIDATES = {
 }
 
 
+# convs on the same tiled GEMM (``--convs``, to see ``gpu_prefetch`` there too): (name, input,
+# weight, stride, padding); 3x3 stride-1 ones with IC >= 32 run the Winograd kernel's GEMMs
+CONVS = [
+    ("resnet-3x3-56", (1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    ("resnet-3x3-14", (1, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+    ("resnet-3x3-s2", (1, 128, 56, 56), (256, 128, 3, 3), 2, 1),
+    ("resnet50-1x1-56", (1, 64, 56, 56), (256, 64, 1, 1), 1, 0),
+    ("resnet50-1x1-7", (1, 512, 7, 7), (2048, 512, 1, 1), 1, 0),
+    ("yolo-3x3-13", (1, 1024, 13, 13), (1024, 1024, 3, 3), 1, 1),
+    ("yolo-3x3-104", (1, 64, 104, 104), (128, 64, 3, 3), 1, 1),
+]
+
+
+def _conv_func(x: tuple[int, ...], w: tuple[int, ...], stride: int, pad: int):
+    from codl_tvm.schedules import testing
+
+    return testing.conv2d_func(x, w, strides=stride, padding=pad)
+
+
 def _func(batch: tuple[int, ...], m: int, k: int, n: int):
     from tvm import te
 
@@ -88,9 +107,12 @@ def build(args: argparse.Namespace) -> int:
             tiling.VARIANTS[name] = (tiling.ShapeClass("any", tiling.Tile(*dims)),)
             variants.append(name)
     rows = []
+    if args.prefetch:
+        variants += [f"{v}+prefetch" for v in ("tiled", "tiled-64")]
     for name, batch, m, k, n in SHAPES + (HELD_OUT if args.held_out else []):
         for variant in variants:
-            with tiling.use_variants(gpu_matmul=variant):
+            table, _, prefetch = variant.partition("+")
+            with tiling.use_variants(gpu_matmul=table, gpu_prefetch=bool(prefetch)):
                 func, blocking, _ = schedule_func(_func(batch, m, k, n), target,
                                                   target_info(target))
             lib = f"{name}.{variant}.so"
@@ -101,27 +123,59 @@ def build(args: argparse.Namespace) -> int:
                          "variant": variant, "algorithm": blocking.algorithm,
                          "grid": blocking.grid, "lib": lib})
             print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
+    for name, x, w, stride, pad in (CONVS if args.convs else []):
+        for variant in ("tiled", "tiled+prefetch"):
+            with tiling.use_variants(gpu_prefetch=variant.endswith("+prefetch")):
+                func, blocking, _ = schedule_func(_conv_func(x, w, stride, pad), target,
+                                                  target_info(target))
+            lib = f"{name}.{variant}.so"
+            func = func.with_attr("global_symbol", "main").with_attr("target", target)
+            tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
+                str(out / lib))
+            rows.append({"shape": name, "conv": {"x": x, "w": w, "stride": stride, "pad": pad},
+                         "variant": variant, "algorithm": blocking.algorithm,
+                         "grid": blocking.grid, "lib": lib})
+            print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
     (out / "manifest.json").write_text(json.dumps({"arch": args.arch, "rows": rows}, indent=1))
     return 0
 
 
-def _torch_ms(a, b) -> float:
+def _torch(row: dict, a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray]:
+    """(PyTorch's ms per call, its output) of the row's op: ``torch.matmul`` or cuDNN's conv
+    (fp32, TF32 off)."""
     import torch
+    import torch.nn.functional as F
 
     ta, tb = (torch.from_numpy(x).cuda() for x in (a, b))
+    conv = row.get("conv")
+    if conv:
+        def call():
+            return F.conv2d(ta, tb, stride=conv["stride"], padding=conv["pad"])
+    else:
+        def call():
+            return torch.matmul(ta, tb)
     for _ in range(3):
-        torch.matmul(ta, tb)
+        out = call()
     torch.cuda.synchronize()
     reps, times = 20, []
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(reps):
-            torch.matmul(ta, tb)
+            call()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / reps)
-    return float(np.median(times))
+    return float(np.median(times)), out.cpu().numpy()
+
+
+def _flop(row: dict) -> int:
+    if "conv" in row:
+        (n, c, h, w), (o, _, kh, kw) = row["conv"]["x"], row["conv"]["w"]
+        s, p = row["conv"]["stride"], row["conv"]["pad"]
+        oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+        return 2 * n * o * oh * ow * c * kh * kw
+    return 2 * math.prod(row["batch"] or (1,)) * row["m"] * row["k"] * row["n"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,31 +184,37 @@ def run(args: argparse.Namespace) -> int:
 
     from codl_tvm import runtime
 
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
     if not runtime.enable_cuda():
         print("no CUDA device", file=sys.stderr)
         return 1
     folder = Path(args.artifacts)
     doc = json.loads((folder / "manifest.json").read_text())
-    dev, rng, rows, torch_ms = tvm.cuda(0), np.random.default_rng(0), [], {}
+    dev, rows = tvm.cuda(0), []
+    ref: dict[str, tuple[float, np.ndarray]] = {}
     for row in doc["rows"]:
-        batch, m, k, n = tuple(row["batch"]), row["m"], row["k"], row["n"]
-        a = rng.standard_normal((*batch, m, k)).astype("float32")
-        b = rng.standard_normal((*batch, k, n) if batch else (k, n)).astype("float32")
-        want = np.matmul(a, b)
+        rng = np.random.default_rng(sum(map(ord, row["shape"])))  # one input per shape
+        if "conv" in row:
+            a = rng.standard_normal(row["conv"]["x"]).astype("float32")
+            b = rng.standard_normal(row["conv"]["w"]).astype("float32")
+        else:
+            batch, m, k, n = tuple(row["batch"]), row["m"], row["k"], row["n"]
+            a = rng.standard_normal((*batch, m, k)).astype("float32")
+            b = rng.standard_normal((*batch, k, n) if batch else (k, n)).astype("float32")
+        if row["shape"] not in ref:
+            ref[row["shape"]] = _torch(row, a, b)
+        t_ms, want = ref[row["shape"]]
         lib = tvm.runtime.load_module(str(folder / row["lib"]))
         ta, tb = tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev)
         tc = tvm.runtime.empty(want.shape, "float32", dev)
         ev = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=20)
         ms = float(np.median(ev(ta, tb, tc).results)) * 1e3
         err = float(np.abs(tc.numpy() - want).max() / np.abs(want).max())
-        if row["shape"] not in torch_ms:
-            torch_ms[row["shape"]] = _torch_ms(a, b)
-        flop = 2 * math.prod(batch or (1,)) * m * k * n
-        rows.append(row | {"ms": ms, "torch_ms": torch_ms[row["shape"]], "rel_err": err,
-                           "gflops": flop / ms / 1e6})
+        rows.append(row | {"ms": ms, "torch_ms": t_ms, "rel_err": err,
+                           "gflops": _flop(row) / ms / 1e6})
         print(f"{row['shape']:18} {row['variant']:15} {ms:8.4f} ms  torch "
-              f"{torch_ms[row['shape']]:8.4f} ms  err {err:.1e}", flush=True)
+              f"{t_ms:8.4f} ms  err {err:.1e}", flush=True)
     result = {"gpu": torch.cuda.get_device_name(0), "arch": doc["arch"],
               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -190,6 +250,10 @@ def main() -> int:
     b.add_argument("--arch", default="sm_90")
     b.add_argument("--candidates", action="store_true", help="also the trial tiles")
     b.add_argument("--held-out", action="store_true", help="also the held-out shapes")
+    b.add_argument("--convs", action="store_true",
+                   help="also convs, with and without KernelVariants.gpu_prefetch")
+    b.add_argument("--prefetch", action="store_true",
+                   help="also tiled and tiled-64 with KernelVariants.gpu_prefetch")
     r = sub.add_parser("run", help="time them beside torch.matmul (there)")
     r.add_argument("artifacts")
     r.add_argument("--json", required=True)

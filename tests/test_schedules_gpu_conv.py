@@ -107,16 +107,17 @@ def test_tiled_conv_partial_tiles(x, w, attrs, split):
 
 
 def fma_section(source: str) -> str:
-    """The GEMM kernel's K loop (``rk_0``) from the barrier that ends its shared-memory
-    staging to the loop's end: the register-tile loads and the unrolled FMAs."""
+    """The part of the GEMM kernel's K loop (``rk_0``) between barriers that holds the
+    register-tile loads and the unrolled FMAs (after the shared-memory staging; with
+    ``gpu_prefetch``, between the next step's global loads and its stores to shared memory)."""
     start = source.index("for (int rk_0")
     depth = 0
     for end in range(source.index("{", start), len(source)):
         depth += {"{": 1, "}": -1}.get(source[end], 0)
         if depth == 0:
             break
-    loop = source[start:end]
-    return loop[loop.index("__syncthreads();", loop.index("__syncthreads();") + 1):]
+    parts = source[start:end].split("__syncthreads();")
+    return max(parts, key=lambda part: part.count("codl_conv_local_ptr["))
 
 
 @pytest.mark.parametrize(

@@ -102,3 +102,19 @@ def test_cuda_code_has_the_planned_grids(func):
     assert G.kernel_grids(f) == [main, *([tail] if tail else [])]
     source = T.build(f, CUDA).mod.imports[0].inspect_source()
     assert f"__launch_bounds__({blocking.threads_per_block})" in source
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_prefetch_stages_the_next_k_step_through_registers(prefetch):
+    """KernelVariants.gpu_prefetch (on by default): the next K step's tiles are loaded into
+    registers before the FMA loop and stored to shared memory after it; the numbers do not
+    change."""
+    func = T.matmul_func(40, 300, 70, lead=1, bias_relu=True)
+    with tiling.use_variants(gpu_prefetch=prefetch):
+        assert _serial_error(func) <= TOL
+        source = T.build(T.schedule(func, CUDA), CUDA).mod.imports[0].inspect_source()
+    k_loop = source[source.index("for (int rk_0"):]
+    before_sync = k_loop[:k_loop.index("__syncthreads()")]
+    # with prefetch the K loop opens with the next step's global loads into registers; without,
+    # with a barrier and then the loads straight into shared memory
+    assert ("a_ptr[" in before_sync and "shared_ptr[" not in before_sync) == prefetch

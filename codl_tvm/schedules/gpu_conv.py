@@ -170,13 +170,10 @@ def _bind(sch: Schedule, loop, tag: str, threads: bool) -> None:
         sch.bind(loop, tag)
 
 
-def _cooperative(
-    sch: Schedule, block_name: str, tile: Tile, threads: bool, k_inner: bool
-) -> None:
+def _cooperative(sch: Schedule, block, tile: Tile, threads: bool, k_inner: bool) -> None:
     """Threads of the block load a shared tile together, consecutive threads on the axis
     contiguous in global memory (K for the OIHW weight, pixels for the input) so the global
     reads coalesce."""
-    block = sch.get_sblock(block_name)
     k, mn = sch.get_loops(block)[-2:]
     if k_inner:
         sch.reorder(mn, k)
@@ -187,11 +184,15 @@ def _cooperative(
 
 
 def schedule_conv(sch: Schedule, plan: ConvTiling, threads: bool = True,
-                  weights_along_k: bool = True) -> None:
+                  weights_along_k: bool = True, prefetch: bool | None = None) -> None:
     """Block tile, shared staging, register tile and K unroll on :func:`conv_compute`'s
     blocks (epilogue blocks, if any, are inlined by the caller afterwards). The outer loop
     goes to ``blockIdx.z`` (split-K parts here, Winograd's 16 positions in gpu_winograd);
-    ``weights_along_k``: the weight tile is contiguous along K in global memory (else M)."""
+    ``weights_along_k``: the weight tile is contiguous along K in global memory (else M);
+    ``prefetch`` (None: ``KernelVariants.gpu_prefetch``): stage the next K step's tiles through
+    registers while this step's FMA loop runs."""
+    if prefetch is None:
+        prefetch = tiling.current_variants().gpu_prefetch
     tile = plan.tile
     conv = sch.get_sblock("codl_conv")
     s, f, p, r = sch.get_loops(conv)
@@ -209,12 +210,22 @@ def schedule_conv(sch: Schedule, plan: ConvTiling, threads: bool = True,
         sch.set_scope(stage, 0, "shared")
         sch.compute_at(stage, ko)
         k_inner = weights_along_k and name == "codl_wt"
-        _cooperative(sch, name, tile, threads, k_inner=k_inner)
+        writer = stage
+        if prefetch:  # global -> registers, then registers -> shared: two loop nests
+            writer = sch.cache_write(stage, 0, "local")
+            _cooperative(sch, writer, tile, threads, k_inner=k_inner)
+        _cooperative(sch, stage, tile, threads, k_inner=k_inner)
         if k_inner:
             # lanes store down a [bk][bm] column: pad the rows so they land in other banks
             # (the K axis: the tile's rows; a batched matmul's tile has the batch in front)
-            axis = len(sch.get(stage).writes[0].region) - 2
-            sch.storage_align(stage, 0, axis=axis, factor=SMEM_BANKS, offset=wt_row_pad(tile))
+            axis = len(sch.get(writer).writes[0].region) - 2
+            sch.storage_align(writer, 0, axis=axis, factor=SMEM_BANKS, offset=wt_row_pad(tile))
+    if prefetch:
+        # the next K step's global loads are issued before this step's FMAs, and stored to
+        # shared memory after them: the loads' latency hides behind the FMA loop
+        # children: weight load, weight store, input load, input store, FMA loop
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 2])
     for index in (0, 1):
         reg = sch.cache_read(conv, index, "local")
         sch.compute_at(reg, ki)

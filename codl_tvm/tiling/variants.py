@@ -46,6 +46,12 @@ class KernelVariants:
         Tile table of the ``gpu-matmul-tiled`` rule (the GPU conv's tables, rows on their
         output-channel side), or ``dlight`` to leave matmuls of more than a GEMV's rows to
         DLight's Matmul rule.
+    gpu_prefetch : bool
+        On (the default): the tiled GEMM (GPU conv, its Winograd GEMMs, GPU matmul) loads the
+        next K step's tiles into registers before this step's FMA loop and stores them to
+        shared memory after it (``gpu_conv.schedule_conv``; on an H200 1.09x geometric mean
+        over 24 conv and matmul shapes, slower on one: ``benchmarks/gpu_matmul_variants.py``);
+        off: it loads a step's tiles, then computes.
     """
 
     gpu_conv: str = "tiled"
@@ -53,6 +59,7 @@ class KernelVariants:
     gpu_winograd: bool = True
     cpu_matmul: str = "packed"
     gpu_matmul: str = "tiled"
+    gpu_prefetch: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -67,8 +74,9 @@ class KernelVariants:
         if self.cpu_matmul not in CPU_MATMUL_CHOICES:
             raise ValueError(f"unknown cpu_matmul variant {self.cpu_matmul!r}; "
                              f"known: {list(CPU_MATMUL_CHOICES)}")  # fmt: skip
-        if not isinstance(self.gpu_winograd, bool):
-            raise ValueError(f"gpu_winograd must be true or false, not {self.gpu_winograd!r}")
+        for flag in ("gpu_winograd", "gpu_prefetch"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be true or false, not {getattr(self, flag)!r}")
 
     @property
     def is_default(self) -> bool:
@@ -102,10 +110,10 @@ class KernelVariants:
                 raise ValueError(f"kernel variant {item!r}: expected KEY=VALUE with KEY one of "
                                  f"{', '.join(FIELDS)}")  # fmt: skip
             value = value.strip()
-            if key == "gpu_winograd":
+            if key in ("gpu_winograd", "gpu_prefetch"):
                 flag = _BOOLS.get(value.lower())
                 if flag is None:
-                    raise ValueError(f"kernel variant {item!r}: gpu_winograd is on or off")
+                    raise ValueError(f"kernel variant {item!r}: {key} is on or off")
                 values[key] = flag
             else:
                 values[key] = value
