@@ -2,11 +2,13 @@
 
 ``dlight`` is TVM 0.27's DLight ``Matmul`` rule (what every GPU matmul of more than a GEMV's
 rows ran before); the others are ``gpu-matmul-tiled`` (``schedules.gpu_matmul``: the GPU
-conv's tiled GEMM) with each of the conv's tile tables. PyTorch runs ``torch.matmul`` (cuBLAS,
-fp32, TF32 off) in the same process. Kernels are built here and timed there:
+conv's tiled GEMM) with each of the conv's tile tables, with the K loop's register prefetch
+(``KernelVariants.gpu_prefetch``, the default) or, ``NAME/no-prefetch``, without. PyTorch runs
+``torch.matmul`` (cuBLAS) and ``F.conv2d`` (cuDNN), fp32, TF32 off, in the same process.
+Kernels are built here and timed there:
 
     python benchmarks/gpu_matmul_variants.py build -o .devcarry/gpu-matmul \
-        --candidates --held-out                                                # ~15 s
+        --held-out --no-prefetch --convs --candidates                           # ~30 s
     # there (runtime-only TVM, torch)
     python benchmarks/gpu_matmul_variants.py run .devcarry/gpu-matmul --json $OUT/gm.json
     # here
@@ -15,9 +17,9 @@ fp32, TF32 off) in the same process. Kernels are built here and timed there:
 
 Shapes: BERT-base's dense layers (128 tokens) and attention (12 heads, 128 x 64), ViT-B/16's
 (197 tokens), ConvNeXt-T's first and last MLPs ([1, H, W, C] rows); ``--held-out`` adds other
-transformers' shapes, ``--candidates`` trial tiles that are not in the library. Each time is
-the median of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against
-PyTorch's.
+transformers' shapes, ``--convs`` ResNet and YOLO-V2 convs on the same GEMM (with and without
+prefetch), ``--candidates`` trial tiles that are not in the library. Each time is the median
+of 5 ``time_evaluator`` repeats of at least 20 ms; outputs are checked against PyTorch's.
 """
 
 from __future__ import annotations
@@ -107,15 +109,15 @@ def build(args: argparse.Namespace) -> int:
             tiling.VARIANTS[name] = (tiling.ShapeClass("any", tiling.Tile(*dims)),)
             variants.append(name)
     rows = []
-    if args.prefetch:
-        variants += [f"{v}+prefetch" for v in ("tiled", "tiled-64")]
+    if args.no_prefetch:
+        variants += [f"{v}/no-prefetch" for v in ("tiled", "tiled-64")]
     for name, batch, m, k, n in SHAPES + (HELD_OUT if args.held_out else []):
         for variant in variants:
-            table, _, prefetch = variant.partition("+")
-            with tiling.use_variants(gpu_matmul=table, gpu_prefetch=bool(prefetch)):
+            table, _, off = variant.partition("/")
+            with tiling.use_variants(gpu_matmul=table, gpu_prefetch=not off):
                 func, blocking, _ = schedule_func(_func(batch, m, k, n), target,
                                                   target_info(target))
-            lib = f"{name}.{variant}.so"
+            lib = f"{name}.{variant.replace('/', '.')}.so"
             func = func.with_attr("global_symbol", "main").with_attr("target", target)
             tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
                 str(out / lib))
@@ -124,11 +126,11 @@ def build(args: argparse.Namespace) -> int:
                          "grid": blocking.grid, "lib": lib})
             print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
     for name, x, w, stride, pad in (CONVS if args.convs else []):
-        for variant in ("tiled", "tiled+prefetch"):
-            with tiling.use_variants(gpu_prefetch=variant.endswith("+prefetch")):
+        for variant in ("tiled", "tiled/no-prefetch"):
+            with tiling.use_variants(gpu_prefetch=not variant.endswith("/no-prefetch")):
                 func, blocking, _ = schedule_func(_conv_func(x, w, stride, pad), target,
                                                   target_info(target))
-            lib = f"{name}.{variant}.so"
+            lib = f"{name}.{variant.replace('/', '.')}.so"
             func = func.with_attr("global_symbol", "main").with_attr("target", target)
             tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
                 str(out / lib))
@@ -252,8 +254,8 @@ def main() -> int:
     b.add_argument("--held-out", action="store_true", help="also the held-out shapes")
     b.add_argument("--convs", action="store_true",
                    help="also convs, with and without KernelVariants.gpu_prefetch")
-    b.add_argument("--prefetch", action="store_true",
-                   help="also tiled and tiled-64 with KernelVariants.gpu_prefetch")
+    b.add_argument("--no-prefetch", action="store_true",
+                   help="also tiled and tiled-64 with KernelVariants.gpu_prefetch off")
     r = sub.add_parser("run", help="time them beside torch.matmul (there)")
     r.add_argument("artifacts")
     r.add_argument("--json", required=True)

@@ -49,8 +49,8 @@ class KernelVariants:
     gpu_prefetch : bool
         On (the default): the tiled GEMM (GPU conv, its Winograd GEMMs, GPU matmul) loads the
         next K step's tiles into registers before this step's FMA loop and stores them to
-        shared memory after it (``gpu_conv.schedule_conv``; on an H200 1.09x geometric mean
-        over 24 conv and matmul shapes, slower on one: ``benchmarks/gpu_matmul_variants.py``);
+        shared memory after it (``gpu_conv.schedule_conv``; on an H200 1.00-1.53x over 24 conv
+        and matmul shapes, geometric mean 1.10x: ``benchmarks/gpu_matmul_variants.py``);
         off: it loads a step's tiles, then computes.
     """
 
