@@ -103,6 +103,8 @@ def recipes(tensors: dict[str, np.ndarray], index: ValueIndex, literals: dict[st
     for name, a in tensors.items():
         a = np.asarray(a)
         rec = index.find(a)
+        if rec is None:
+            rec = concat_recipe(a, index)
         if rec is None and a.nbytes > literal_max:
             missing.append(name)
             rec = {"random": list(a.shape), "dtype": str(a.dtype)}
@@ -112,12 +114,30 @@ def recipes(tensors: dict[str, np.ndarray], index: ValueIndex, literals: dict[st
     return out, missing
 
 
+def concat_recipe(a: np.ndarray, index: ValueIndex, max_parts: int = 4) -> dict | None:
+    """``{"concat": [view recipes], "axis": -1}`` where ``a`` is 2 to ``max_parts`` equal views
+    side by side along its last axis (codl-tvm's combined Q, K, V projection), or None."""
+    if a.ndim == 0 or a.dtype != np.float32:
+        return None
+    n = a.shape[-1]
+    for parts in range(2, min(max_parts, n) + 1):
+        if n % parts:
+            continue
+        recs = [index.find(p) for p in np.split(a, parts, axis=-1)]
+        if all(r is not None for r in recs):
+            return {"concat": recs, "axis": -1}
+    return None
+
+
 def realize(recs: dict[str, Any], sources: dict[str, np.ndarray],
             literals: Any) -> dict[str, np.ndarray]:
     """The tensors of :func:`recipes` from the source tensors drawn here."""
     out = {}
     for name, rec in recs.items():
-        if "literal" in rec:
+        if "concat" in rec:
+            parts = realize(dict(enumerate(rec["concat"])), sources, literals)
+            out[name] = np.concatenate([parts[i] for i in range(len(parts))], axis=rec["axis"])
+        elif "literal" in rec:
             out[name] = literals[rec["literal"]]
         elif "random" in rec:
             out[name] = (0.05 * np.random.default_rng(0).standard_normal(rec["random"])

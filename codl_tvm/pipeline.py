@@ -17,6 +17,7 @@ from .passes import (
     BackTexturesWithBuffers,
     BindKernelTargets,
     CoExecutionPartition,
+    CombineParallelDense,
     FuseEpilogues,
     LiftDeviceConstants,
     LowerSlicesToBlockCopies,
@@ -31,8 +32,10 @@ from .schedules import ApplySchedules
 
 
 def prepare_passes() -> list[tvm.transform.Pass]:
-    """Make imported models partitionable: BN into mul/add, constant weights folded."""
-    return [rt.DecomposeOpsForInference(), rt.CanonicalizeBindings(), rt.FoldConstant()]
+    """Make imported models partitionable: BN into mul/add, constant weights folded, dense
+    layers that read one input combined into one matmul."""
+    return [rt.DecomposeOpsForInference(), rt.CanonicalizeBindings(), rt.FoldConstant(),
+            CombineParallelDense()]
 
 
 def schedule_pass() -> tvm.transform.Pass:

@@ -4,6 +4,7 @@ from .adreno_texture import UseAdrenoTexture
 from .back_textures_with_buffers import BackTexturesWithBuffers
 from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
+from .combine_parallel_dense import CombineParallelDense
 from .fuse_epilogues import FuseEpilogues
 from .lift_device_constants import LiftDeviceConstants
 from .lower_slices_to_block_copies import LowerSlicesToBlockCopies
@@ -14,7 +15,7 @@ from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
     "AnnotateTextureScope", "BackTexturesWithBuffers", "BindKernelTargets",
-    "CoExecutionPartition", "FuseEpilogues", "LiftDeviceConstants", "LowerSlicesToBlockCopies",
-    "OverlapCopies",
-    "StageCrossDeviceCopies", "UseAdrenoTexture", "WriteSplitOutputsInPlace",
+    "CoExecutionPartition", "CombineParallelDense", "FuseEpilogues", "LiftDeviceConstants",
+    "LowerSlicesToBlockCopies", "OverlapCopies", "StageCrossDeviceCopies", "UseAdrenoTexture",
+    "WriteSplitOutputsInPlace",
 ]
