@@ -111,32 +111,24 @@ def build(args: argparse.Namespace) -> int:
     rows = []
     if args.no_prefetch:
         variants += [f"{v}/no-prefetch" for v in ("tiled", "tiled-64")]
-    for name, batch, m, k, n in SHAPES + (HELD_OUT if args.held_out else []):
-        for variant in variants:
+    jobs = [(name, lambda b=batch, m=m, k=k, n=n: _func(b, m, k, n),
+             {"batch": list(batch), "m": m, "k": k, "n": n}, variants)
+            for name, batch, m, k, n in SHAPES + (HELD_OUT if args.held_out else [])]
+    jobs += [(name, lambda x=x, w=w, s=stride, p=pad: _conv_func(x, w, s, p),
+              {"conv": {"x": x, "w": w, "stride": stride, "pad": pad}},
+              ["tiled", "tiled/no-prefetch"])
+             for name, x, w, stride, pad in (CONVS if args.convs else [])]
+    for name, make, shape, names in jobs:
+        for variant in names:
             table, _, off = variant.partition("/")
             with tiling.use_variants(gpu_matmul=table, gpu_prefetch=not off):
-                func, blocking, _ = schedule_func(_func(batch, m, k, n), target,
-                                                  target_info(target))
+                func, blocking, _ = schedule_func(make(), target, target_info(target))
             lib = f"{name}.{variant.replace('/', '.')}.so"
             func = func.with_attr("global_symbol", "main").with_attr("target", target)
             tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
                 str(out / lib))
-            rows.append({"shape": name, "batch": list(batch), "m": m, "k": k, "n": n,
-                         "variant": variant, "algorithm": blocking.algorithm,
-                         "grid": blocking.grid, "lib": lib})
-            print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
-    for name, x, w, stride, pad in (CONVS if args.convs else []):
-        for variant in ("tiled", "tiled/no-prefetch"):
-            with tiling.use_variants(gpu_prefetch=not variant.endswith("/no-prefetch")):
-                func, blocking, _ = schedule_func(_conv_func(x, w, stride, pad), target,
-                                                  target_info(target))
-            lib = f"{name}.{variant.replace('/', '.')}.so"
-            func = func.with_attr("global_symbol", "main").with_attr("target", target)
-            tvm.compile(tvm.IRModule({"main": func}), target=target).export_library(
-                str(out / lib))
-            rows.append({"shape": name, "conv": {"x": x, "w": w, "stride": stride, "pad": pad},
-                         "variant": variant, "algorithm": blocking.algorithm,
-                         "grid": blocking.grid, "lib": lib})
+            rows.append({"shape": name, **shape, "variant": variant,
+                         "algorithm": blocking.algorithm, "grid": blocking.grid, "lib": lib})
             print(f"{name:18} {variant:15} {blocking.algorithm}", flush=True)
     (out / "manifest.json").write_text(json.dumps({"arch": args.arch, "rows": rows}, indent=1))
     return 0

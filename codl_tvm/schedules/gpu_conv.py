@@ -64,18 +64,12 @@ from .rebuild import Unsupported, rebuild
 from .target_info import TargetInfo
 
 
-@dataclasses.dataclass(frozen=True)
-class ConvTiling(tiling.TiledGemm):
-    """Everything the compute and the schedule need: tile, split and padded GEMM sizes."""
+class PaddedGemm(tiling.TiledGemm):
+    """The padded GEMM sizes of a plan with ``split`` K partitions of ``k_split`` each (the
+    conv's and the matmul's)."""
 
-    c: Conv2DInfo
-    tile: Tile
-    shape_class: str
-    split: int  # S: number of K partitions (1 = no split-K)
-    m: int  # OC
-    n: int  # output pixels (batch included)
-    k: int  # IC * KH * KW
-    k_split: int  # padded K per partition, a multiple of bk
+    split: int
+    k_split: int
 
     @property
     def mp(self) -> int:
@@ -88,6 +82,20 @@ class ConvTiling(tiling.TiledGemm):
     @property
     def kp(self) -> int:
         return self.split * self.k_split
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvTiling(PaddedGemm):
+    """Everything the compute and the schedule need: tile, split and padded GEMM sizes."""
+
+    c: Conv2DInfo
+    tile: Tile
+    shape_class: str
+    split: int  # S: number of K partitions (1 = no split-K)
+    m: int  # OC
+    n: int  # output pixels (batch included)
+    k: int  # IC * KH * KW
+    k_split: int  # padded K per partition, a multiple of bk
 
 
 def sm_count(target_arch: str, t: TargetInfo) -> int:

@@ -26,13 +26,13 @@ from codl_tvm.tiling import DECLINE, SUM_THREADS, Tile
 from .analysis import matmul_dims
 from .blocking import Blocking
 from .cpu_rules import ravel, unravel
-from .gpu_conv import schedule_conv, schedule_tail, sm_count
+from .gpu_conv import PaddedGemm, schedule_conv, schedule_tail, sm_count
 from .rebuild import Unsupported, rebuild
 from .target_info import TargetInfo
 
 
 @dataclasses.dataclass(frozen=True)
-class MatmulTiling(tiling.TiledGemm):
+class MatmulTiling(PaddedGemm):
     """Tile, split-K and padded sizes of one ``m x n x k`` GEMM (``batch`` of them)."""
 
     tile: Tile
@@ -44,18 +44,6 @@ class MatmulTiling(tiling.TiledGemm):
     k_split: int  # padded K per partition, a multiple of bk
     rows: tuple[int, ...]  # the shape of the output's axes before N (batch axes, then M)
     batch: tuple[int, ...] = ()  # batch axes both operands lead with (batched matmul)
-
-    @property
-    def mp(self) -> int:
-        return self.m_tiles * self.tile.bm
-
-    @property
-    def np_(self) -> int:
-        return self.n_tiles * self.tile.bn
-
-    @property
-    def kp(self) -> int:
-        return self.split * self.k_split
 
 
 def make_tiling(func: tirx.PrimFunc, t: TargetInfo, arch: str = "",
