@@ -27,7 +27,7 @@ from .analysis import matmul_dims
 from .blocking import Blocking
 from .cpu_rules import ravel, unravel
 from .gpu_conv import PaddedGemm, schedule_conv, schedule_tail, sm_count
-from .rebuild import Unsupported, rebuild
+from .rebuild import Unsupported, inline_shared_values, rebuild
 from .target_info import TargetInfo
 
 
@@ -123,13 +123,7 @@ def scheduled(func: tirx.PrimFunc, info, plan: MatmulTiling, threads: bool = Tru
     sch = Schedule(new)
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     last = "codl_unpack" if plan.split == 1 else "codl_splitk_sum"
-    epilogue = names[names.index(last) + 1:]
-    if any(len(sch.get_consumers(sch.get_sblock(n))) != 1 for n in epilogue[:-1]):
-        # a value read twice (GELU's x in 0.5 * x * (1 + erf(x / sqrt 2))): every block but
-        # the last is computed where it is read, the last is inlined into the write-back
-        for name in epilogue[:-1]:
-            sch.compute_inline(sch.get_sblock(name))
-        epilogue = epilogue[-1:]
+    epilogue = inline_shared_values(sch, names[names.index(last) + 1:])
     schedule_conv(sch, plan, threads)
     schedule_tail(sch, plan, threads)
     for name in epilogue:

@@ -148,15 +148,19 @@ def inline_epilogue(sch: Schedule, last_kernel_block: str) -> int:
     """Inline every block after ``last_kernel_block`` into it; returns how many."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     names = [sch.get(b).name_hint for b in blocks]
-    after = names[names.index(last_kernel_block) + 1 :]
-    chain = all(len(sch.get_consumers(sch.get_sblock(n))) == 1 for n in after[:-1])
-    if not chain:
-        # a value read by two later blocks (GELU's x in 0.5 * x * (1 + erf(x / sqrt 2))):
-        # every block but the last is computed where it is read, then the last is inlined
-        # (reverse-inlining the blocks one by one would rewrite the value the others read)
-        for name in after[:-1]:
-            sch.compute_inline(sch.get_sblock(name))
-        after = after[-1:]
+    after = inline_shared_values(sch, names[names.index(last_kernel_block) + 1 :])
     for name in after:
         sch.reverse_compute_inline(sch.get_sblock(name))
     return len(after)
+
+
+def inline_shared_values(sch: Schedule, epilogue: list[str]) -> list[str]:
+    """The epilogue blocks left to reverse-inline, in order: all of them where each value has
+    one reader; else only the last, every other block computed where it is read (GELU's x in
+    0.5 * x * (1 + erf(x / sqrt 2)) has two: reverse-inlining the blocks one by one would
+    rewrite the value the others read)."""
+    if all(len(sch.get_consumers(sch.get_sblock(n))) == 1 for n in epilogue[:-1]):
+        return epilogue
+    for name in epilogue[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    return epilogue[-1:]
