@@ -75,6 +75,20 @@ def matmul_func(m: int, k: int, n: int, *, bias_relu: bool = False, lead: int = 
     return _legalized(params, body, fuse=bias_relu)
 
 
+def matmul_gelu_func(a: tuple[int, ...], n: int, seed: int = 0) -> tirx.PrimFunc:
+    """Legalized and fused ``gelu(a @ b + bias)`` with GELU in the erf form exporters write,
+    ``x / 2 * (1 + erf(x / sqrt 2))``, which reads the dense layer's value twice."""
+    bias = relax.const(np.random.default_rng(seed).standard_normal((n,)).astype("float32"))
+
+    def body(bb, x, w):
+        y = bb.emit(rop.add(bb.emit(rop.matmul(x, w)), bias))
+        erf = bb.emit(rop.erf(bb.emit(rop.divide(y, relax.const(np.float32(2 ** 0.5))))))
+        half = bb.emit(rop.multiply(y, relax.const(np.float32(0.5))))
+        return rop.multiply(half, bb.emit(rop.add(erf, relax.const(np.float32(1.0)))))
+
+    return op_func([("a", a), ("b", (a[-1], n))], body, fuse=True)
+
+
 def with_target(func: tirx.PrimFunc, target: dict | tvm.target.Target) -> tirx.PrimFunc:
     t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     return func.with_attr("target", t)
