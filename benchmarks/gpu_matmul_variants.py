@@ -102,7 +102,9 @@ def build(args: argparse.Namespace) -> int:
 
     target = tvm.target.Target({"kind": "cuda", "arch": args.arch}, host={"kind": "llvm"})
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=False)
+    if out.exists():  # a sweep writes a folder of its own; nothing of yours is replaced
+        raise SystemExit(f"{out} exists; give build a new folder")
+    out.mkdir(parents=True)
     variants = list(VARIANTS)
     if args.candidates:
         for name, dims in CANDIDATES.items():

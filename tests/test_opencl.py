@@ -118,6 +118,22 @@ def test_split_on_opencl_equals_unsplit(tmp_path, dim):
 
 
 @pytest.mark.opencl
+@pytest.mark.parametrize("dim", [None, "OC"])
+def test_a_transformer_on_opencl_equals_the_cpu(tmp_path, dim):
+    # the GPU's tiled matmul (dense layers, attention's batched matmuls, GELU epilogue), the K
+    # loop's register prefetch and the combined Q/K/V projection, run by a real OpenCL device
+    cfg = dict(input_shape=(8,), num_layers=1, hidden_size=64, num_heads=2,
+               intermediate_size=128, vocab_size=50)
+    mod = codl_tvm.load_model(zoo.get("bert-base", **cfg))
+    rng = np.random.default_rng(0)
+    inputs = {"input_ids": rng.integers(0, 50, (1, 8)), "attention_mask": np.ones((1, 8), int)}
+    pair = DevicePair.preset("x86-opencl")
+    cpu = _run(mod, pair, Plan.single(mod, "cpu"), tmp_path / "cpu", inputs)
+    plan = Plan.uniform(mod, dim, 0.5) if dim else None
+    assert _rel(_run(mod, pair, plan, tmp_path / "gpu", inputs), cpu) <= 1e-5
+
+
+@pytest.mark.opencl
 @pytest.mark.parametrize("dim", [None, "H", "OC"])
 def test_texture_path_equals_nchw(tmp_path, dim):
     # a conv split, then a max pool on textures: the pool's lanes were wrong (TexturePool2D)
