@@ -75,6 +75,30 @@ def test_roles_on_shared_cores_never_split():
     assert ideal_us(ev, nodes) == pytest.approx(sum(ev.whole(n, "gpu") for n in nodes))
 
 
+@dataclass
+class SuperlinearCosts(RowCosts):
+    """Two halves cost less than the whole (a whole op that spills a cache, or lucky
+    samples): even run one after the other, a split looks cheaper than one whole op."""
+
+    def kernel_us(self, role: str, sub: OpSpec) -> float:
+        return float(sub.H) ** 2
+
+    def sharing_us(self, op: str, role: str, nbytes: float) -> float:
+        return 0.0
+
+
+def test_roles_on_shared_cores_plan_one_processor_whatever_the_samples_say():
+    """The codl plan of ResNet-18 on the cpu-pair split ops whose measured halves summed to
+    less than the whole, and ran 1.37x as long as CPU-only."""
+    nodes = [conv_node(i, last=(i == 3)) for i in range(4)]
+    serial = Evaluator(SerialCosts(SuperlinearCosts()))
+    assert best_choice(serial, nodes[0], ratio_grid(0.05)).place == "split"
+    for name in ("codl", "oracle"):
+        lay = STRATEGIES[name].fn(nodes, serial, Options(memory_cap=None))
+        assert {place for place, _, _ in lay.ops.values()} in ({"cpu"}, {"gpu"})
+        assert not lay.chains
+
+
 def test_chain_stops_where_padding_eats_the_gain():
     # chain of k ops at 0.5: 20 + sum_j min(8, 5 + j) * 10 vs 70 k without chain:
     # k=2: 130 vs 140 (+10), k=3: 200 vs 210 (+10), k=4: 280 vs 280 (0), k=5: 360 vs 350 (-10)
