@@ -99,6 +99,11 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
         items = [kv for item in args.baseline_variant for kv in item.split(",")]
         kernels["gpu-graph-base"] = codl_tvm.KernelVariants.parse(items)
         meta["baseline_variant"] = ",".join(items)
+    if args.cpu_baseline_variant:  # the CPU-only build on other kernels
+        variants["cpu-base"] = ("cpu", False)
+        items = [kv for item in args.cpu_baseline_variant for kv in item.split(",")]
+        kernels["cpu-base"] = codl_tvm.KernelVariants.parse(items)
+        meta["cpu_baseline_variant"] = ",".join(items)
     for variant, (place, graph_on) in variants.items():
         exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, place), cuda_graph=graph_on,
                                variants=kernels[variant])
@@ -210,7 +215,7 @@ def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
         except Exception as e:  # noqa: BLE001 - a missing engine is a row saying why
             skip["onnxruntime"] = reason(e)
     for variant in meta["codl"]:
-        if variant != "cpu" and not gpu:
+        if not variant.startswith("cpu") and not gpu:
             continue
         try:
             eng[f"codl-{variant}"] = am.codl_engine(folder, meta, variant, sources, lits, inputs)
@@ -227,8 +232,8 @@ def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
     err = {n: am.outputs_err([np.asarray(o.cpu() if hasattr(o, "cpu") else o) for o in got], ref)
            for n, (_, got) in eng.items() if ref is not None}
     miss = {n: c["missing"] for n, c in meta["codl"].items() if c["missing"]}
-    cpu = interleaved({n: eng[n][0] for n in ("codl-cpu", "onnxruntime", "torch-cpu")
-                       if n in eng}, args)
+    cpu = interleaved({n: eng[n][0] for n in ("codl-cpu", "onnxruntime", "torch-cpu",
+                                               "codl-cpu-base") if n in eng}, args)
     gpu_t = interleaved({n: eng[n][0] for n in ("codl-gpu", "codl-gpu-graph", "torch-cuda",
                                                  "torch-graph", "codl-gpu-graph-base")
                          if n in eng}, args) if gpu else {}
@@ -238,6 +243,9 @@ def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
             "torch": impl, "codl_onnx": meta["codl_onnx"]}
     pairs = [("cpu", "codl-cpu", "onnxruntime", "onnxruntime", cpu),
              ("cpu", "codl-cpu", "torch-cpu", "torch-eager", cpu)]
+    if "cpu-base" in meta["codl"]:  # the default kernels against a baseline's
+        pairs.append(("cpu", "codl-cpu", "codl-cpu-base",
+                      f"codl[{meta['cpu_baseline_variant']}]", cpu))
     if gpu:
         pairs += [("gpu", "codl-gpu", "torch-cuda", "torch-eager", gpu_t),
                   ("gpu", "codl-gpu-graph", "torch-graph", "torch-cudagraph", gpu_t)]
@@ -355,6 +363,9 @@ def main() -> int:
     b.add_argument("--baseline-variant", action="append", metavar="KEY=VALUE",
                    help="x86-cuda: also build the CUDA-graph model with these kernel variants "
                         "(e.g. gpu_matmul=dlight), timed beside the default build")
+    b.add_argument("--cpu-baseline-variant", action="append", metavar="KEY=VALUE",
+                   help="also build the CPU-only model with these kernel variants (e.g. "
+                        "cpu_prepack=off), timed beside the default build")
     r = sub.add_parser("run", help="time every engine on this machine")
     r.add_argument("artifacts")
     r.add_argument("--json", required=True, help="rows merge into this file")

@@ -85,7 +85,7 @@ def _runner(folder: Path, seeds: dict[str, int]):
 
     manifest = json.loads((folder / runtime.MANIFEST).read_text())
     weights = {p["name"]: (0.05 * np.random.default_rng(seeds[p["name"]]).standard_normal(
-        p["shape"])).astype(p["dtype"]) for p in manifest["params"]}
+        p["shape"])).astype(p["dtype"]) for p in runtime.stored_params(manifest)}
     return runtime.load(folder, params=weights)
 
 

@@ -27,6 +27,7 @@ _LAZY = {
     "from_torch": "frontend_torch", "KernelVariants": "tiling",
     "BindKernelTargets": "passes", "CoExecutionPartition": "passes", "FuseEpilogues": "passes",
     "CombineParallelDense": "passes",
+    "PrepackWeights": "passes",
     "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
     "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",
     "OpPlacement": "plan", "Plan": "plan", "PlanError": "plan",

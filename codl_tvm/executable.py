@@ -18,6 +18,7 @@ from .graph import entry_function
 from .outputs import atomic_folder, write_json
 from .passes.block_params import BLOCK_PARAMS_ATTR
 from .passes.lift_device_constants import LIFTED_ATTR
+from .passes.prepack_weights import PREPACK_PARAMS_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
 from .pipeline import codl_pipeline
 from .plan import Plan
@@ -190,12 +191,8 @@ def compile(  # noqa: A001 - mirrors tvm.compile
                                 cuda_graph=cuda_graph, overlap=overlap,
                                 block_copies=block_copies,
                                 block_in_kernels=block_in_kernels)(mod)
-        lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
-        staging = list(_module_attr(lowered, STAGING_ATTR, []))
-        lowered = lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
+        lowered, params, manifest = artifact_parts(mod, lowered, pair, plan, used)
         vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
-    params = {name: value.numpy() for name, value in lifted.items()}
-    manifest = make_manifest(mod, lowered, pair, plan, list(lifted), staging, used)
     manifest["fused"] = bool(fuse)
     manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
     manifest["block_copies"] = calls_extern(lowered, streams.COPY_BLOCK)
@@ -242,6 +239,40 @@ def calls_extern(mod: tvm.IRModule, symbol: str) -> bool:
 
 def _module_attr(mod: tvm.IRModule, key: str, default: Any) -> Any:
     return mod.attrs[key] if mod.attrs and key in mod.attrs else default
+
+
+def artifact_parts(
+    mod: tvm.IRModule, lowered: tvm.IRModule, pair: DevicePair, plan: Plan | None,
+    variants: KernelVariants | None = None,
+) -> tuple[tvm.IRModule, dict[str, np.ndarray], dict[str, Any]]:
+    """What the pipeline's output makes of an artifact: the module to build (the pipeline's
+    attributes taken off), the weights to store, and the manifest."""
+    lifted = dict(_module_attr(lowered, LIFTED_ATTR, {}))
+    staging = list(_module_attr(lowered, STAGING_ATTR, []))
+    prepack = _module_attr(lowered, PREPACK_PARAMS_ATTR, None)
+    lowered = (lowered.without_attr(LIFTED_ATTR).without_attr(STAGING_ATTR)
+               .without_attr(PREPACK_PARAMS_ATTR))
+    params = {name: value.numpy() for name, value in lifted.items()}
+    taken = {*lifted, *(prepack["outputs"] if prepack else ())}  # main's weights
+    main_params = [p.name for p in entry_function(lowered).params if p.name in taken]
+    manifest = make_manifest(mod, lowered, pair, plan, main_params, staging, variants)
+    if prepack:
+        manifest["prepack"] = prepack_manifest(lowered, prepack)
+    return lowered, params, manifest
+
+
+def prepack_manifest(lowered: tvm.IRModule, prepack: Any) -> dict[str, Any]:
+    """The manifest's ``prepack``: the function that packs the CPU kernels' weights, the
+    weights it reads (``params.npz`` holds them) and the parameters of ``main`` it makes
+    (:class:`codl_tvm.passes.PrepackWeights`)."""
+    func = lowered[lowered.get_global_var(str(prepack["function"]))]
+    vdevices = list(lowered.global_infos["vdevice"])
+    return {"function": str(prepack["function"]),
+            "sources": [{"name": v.name, "shape": [int(d) for d in v.ty.shape],
+                         "dtype": str(v.ty.dtype),
+                         "role": ("gpu", "cpu")[vdevice_index(vdevices, v.ty.vdevice) or 0]}
+                        for v in func.params],
+            "outputs": [str(n) for n in prepack["outputs"]]}
 
 
 def make_manifest(

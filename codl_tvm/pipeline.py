@@ -22,6 +22,7 @@ from .passes import (
     LiftDeviceConstants,
     LowerSlicesToBlockCopies,
     OverlapCopies,
+    PrepackWeights,
     StageCrossDeviceCopies,
     WriteSplitOutputsInPlace,
 )
@@ -38,10 +39,11 @@ def prepare_passes() -> list[tvm.transform.Pass]:
             CombineParallelDense()]
 
 
-def schedule_pass() -> tvm.transform.Pass:
+def schedule_passes() -> list[tvm.transform.Pass]:
     """Kernel schedules: the project's own where they exist, DLight's rules otherwise (the
-    fallback is :mod:`codl_tvm.schedules.dispatch`'s, per kernel)."""
-    return ApplySchedules()
+    fallback is :mod:`codl_tvm.schedules.dispatch`'s, per kernel); then the CPU kernels whose
+    weight is a lifted constant read it packed at compile time."""
+    return [ApplySchedules(), PrepackWeights()]
 
 
 def lower_passes(staging: bool = False, cuda_graph: bool = False, overlap: bool = False,
@@ -178,7 +180,7 @@ def phases(
         ("legalize", [rt.LegalizeOps(), *([FuseEpilogues()] if fuse else []),
                       BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
-        ("schedule", [schedule_pass()]),
+        ("schedule", schedule_passes()),
         ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan),
                                pair.overlaps_copies if overlap is None else overlap,
                                block_copies, block_in_kernels)),

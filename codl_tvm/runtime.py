@@ -4,7 +4,8 @@ Importable in a process started with ``TVM_USE_RUNTIME_LIB=1`` (no compiler libr
 what runs on a phone, a GPU box or the H100 measurement machine. An artifact is a folder::
 
     lib.so          exported Relax VM executable (both devices' kernels)
-    params.npz      weights the CPU kernels read (uploaded to the CPU once)
+    params.npz      weights (uploaded once; those the CPU kernels read packed are packed
+                    once there, by the library's ``codl_prepack``: :func:`upload_params`)
     manifest.json   inputs, outputs, device pair, TVM version, plan
 
 Command line (:func:`codl_tvm.commands.artifact.runtime_main`, ``codl-tvm run``'s arguments)::
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,8 @@ from .profiler.nvcc import compile_cuda
 LIBRARY = "lib.so"
 PARAMS = "params.npz"
 GUARD_ROUNDS = 15  # interleaved timing rounds when an artifact's alternatives are compared
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: ``prepack`` (weights packed at load); a runtime reads 1 and 2
+READABLE_VERSIONS = (1, 2)
 
 _DEVICE_CTORS = {"cpu": tvm.cpu, "cuda": tvm.cuda, "opencl": tvm.opencl}
 ROLES = ("gpu", "cpu")  # manifest["devices"] order (codl_tvm.device.ROLES; no compiler here)
@@ -99,10 +102,8 @@ class Runner:
                 raise RuntimeError(f"this machine has no {kind}:{index} device for the artifact")
         self.cpu_threads = use_cpu_threads(cpu_threads(manifest))
         self.vm = tvm.runtime.vm.VirtualMachine(module, self.devices)
-        self.params = [
-            tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"), self._dev(p["role"]))
-            for p in manifest["params"]
-        ] + staging_buffers(manifest, self.devices)
+        self.params = (upload_params(self.vm, manifest, params, self._dev)
+                       + staging_buffers(manifest, self.devices))
 
     def _dev(self, role: str) -> tvm.runtime.Device:
         return self.devices[0 if role == "gpu" else 1]
@@ -185,7 +186,8 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
         manifest = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is not a codl-tvm artifact (no {MANIFEST})") from None
-    if manifest.get("format") != ARTIFACT_FORMAT or manifest.get("version") != ARTIFACT_VERSION:
+    if (manifest.get("format") != ARTIFACT_FORMAT
+            or manifest.get("version") not in READABLE_VERSIONS):
         raise ValueError(f"{path}: unsupported artifact format/version")
     if any(kind == "cuda" for kind, _ in manifest["devices"]):
         enable_cuda()
@@ -228,11 +230,39 @@ def fastest(runners: dict[str, Runner], rounds: int = GUARD_ROUNDS) -> Runner:
     return runners[best]
 
 
+def stored_params(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The weights an artifact stores (``params.npz``): ``main``'s, except those
+    ``codl_prepack`` makes, and the ones it makes them from."""
+    prepack = manifest.get("prepack") or {"sources": [], "outputs": []}
+    made = set(prepack["outputs"])
+    return [p for p in manifest["params"] if p["name"] not in made] + [
+        s for s in prepack["sources"] if s["name"] not in {p["name"] for p in manifest["params"]}]
+
+
+def upload_params(vm: Any, manifest: dict[str, Any], params: dict[str, np.ndarray],
+                  device: Callable[[str], Any], items: Callable[[Any], list] = list
+                  ) -> list[Any]:
+    """``main``'s weights as tensors on their devices (``device(role)``), in order; those the
+    CPU kernels read packed are made once here by the artifact's ``codl_prepack`` function
+    from the stored weights (:class:`codl_tvm.passes.PrepackWeights`). ``items`` lists the
+    tensors of the tuple it returns (over RPC: a remote array)."""
+    def upload(spec: dict[str, Any]) -> Any:
+        return tvm.runtime.tensor(np.asarray(params[spec["name"]], order="C"),
+                                  device(spec["role"]))
+
+    made: dict[str, Any] = {}
+    prepack = manifest.get("prepack")
+    if prepack:
+        packed = vm[prepack["function"]](*[upload(s) for s in prepack["sources"]])
+        made = dict(zip(prepack["outputs"], items(packed), strict=True))
+    return [made[p["name"]] if p["name"] in made else upload(p) for p in manifest["params"]]
+
+
 def random_weights(manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     """Small random weights for an artifact exported without its weights (timing only)."""
     rng = np.random.default_rng(seed)
     return {p["name"]: (0.05 * rng.standard_normal(p["shape"])).astype(p["dtype"])
-            for p in manifest["params"]}
+            for p in stored_params(manifest)}
 
 
 def output_names(manifest: dict[str, Any], count: int) -> list[str]:

@@ -17,9 +17,8 @@ from tvm.script import tirx as T
 import codl_tvm
 from codl_tvm import DevicePair, Plan, runtime
 from codl_tvm.deploy.cross import export_for_device, library_contents
-from codl_tvm.executable import make_manifest
+from codl_tvm.executable import artifact_parts
 from codl_tvm.passes import UseAdrenoTexture
-from codl_tvm.passes.lift_device_constants import LIFTED_ATTR
 from codl_tvm.pipeline import codl_pipeline
 
 TEXTURE_KEYS = ["adreno", "opencl", "gpu", "texture"]
@@ -110,14 +109,10 @@ def _constants(func: relax.Function) -> list[np.ndarray]:
 
 # ---- 2. numbers (the rewrite is target independent: cpu-pair, GPU role forced) -----------------
 def _run_texture_pipeline(mod, pair, plan, inputs):
-    lowered = codl_pipeline(pair, plan, texture=True)(mod)
-    lifted = dict(lowered.attrs[LIFTED_ATTR]) if lowered.attrs and LIFTED_ATTR in (
-        lowered.attrs) else {}
-    lowered = lowered.without_attr(LIFTED_ATTR) if lifted else lowered
+    lowered, params, manifest = artifact_parts(
+        mod, codl_pipeline(pair, plan, texture=True)(mod), pair, plan)
     assert 'data_layout="NCHW4c"' not in lowered["main"].script()  # all legalized
     exe = tvm.compile(lowered, target=None, relax_pipeline=None)
-    manifest = make_manifest(mod, lowered, pair, plan, list(lifted))
-    params = {k: v.numpy() for k, v in lifted.items()}
     return runtime.Runner(exe, manifest, params).run(inputs), lowered
 
 
@@ -207,7 +202,8 @@ def test_gpu_sub_op_uses_images(adreno_exe):
     cpu = [gv.name_hint for gv, f in adreno_exe.mod.functions.items()
            if isinstance(f, tvm.tirx.PrimFunc) and "target" in f.attrs
            and f.attrs["target"].kind.name == "llvm"]
-    assert any("conv2d" in n and n.endswith("_d1") for n in cpu)  # fused with its epilogue
+    # fused with its epilogue (the version that reads its weight packed: PrepackWeights)
+    assert any("conv2d" in n and n.endswith("_prepacked_d1") for n in cpu)
 
 
 def _all(module):
@@ -246,5 +242,5 @@ def test_artifact_tar_holds_aarch64_and_image_kernels(adreno_exe, tmp_path, monk
         blob = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
     assert b"write_imagef" in blob and b"image2d_array_t" in blob
     cpu_conv = next(gv.name_hint for gv in adreno_exe.mod.functions
-                    if "conv2d" in gv.name_hint and gv.name_hint.endswith("_d1"))
+                    if "conv2d" in gv.name_hint and gv.name_hint.endswith("_prepacked_d1"))
     assert cpu_conv.encode() in blob  # the CPU sub-op's aarch64 kernel

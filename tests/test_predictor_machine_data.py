@@ -37,6 +37,7 @@ from codl_tvm.predictor.machine import (
 )
 from codl_tvm.predictor.opspec import SHARING_KINDS
 from codl_tvm.profiler import machine_facts, read_samples
+from codl_tvm.tiling import KernelVariants
 
 SHIPPED = DATA_DIR / "predictor-x86-cuda.json"
 SAMPLES = DATA_DIR / "samples-x86-cuda-h100.csv"
@@ -69,11 +70,13 @@ def test_a_file_of_the_current_format_must_name_every_fact():
     del doc["gpu_sm_threads"]
     with pytest.raises(ValueError, match="gpu_sm_threads"):
         load_machine(doc)
-    # files before format 5 were all trained on the reference machine: it fills them
+    # files before format 5 were all trained on the reference machine: it fills their facts
+    # (their kernel variants are the file's, not the machine's: ``KernelVariants.from_stored``)
+    facts = dataclasses.replace(reference(), variants=KernelVariants())
     assert load_machine({"cores": 8, "lanes": 16, "sms": 132}, 4) == dataclasses.replace(
-        reference(), cores=8, cpu_stream_bytes=0)
+        facts, cores=8, cpu_stream_bytes=0)
     assert load_machine([16, 16, 132, 50 << 20, 0], 2) == dataclasses.replace(
-        reference(), cpu_stream_bytes=0)
+        facts, cpu_stream_bytes=0)
     with pytest.raises(ValueError, match="unknown machine facts"):
         load_machine({**doc, "cpu_l4_bytes": 1})
     with pytest.raises(ValueError, match="pad_gather_crop_w"):

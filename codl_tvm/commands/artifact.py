@@ -43,7 +43,10 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "gpu_conv=tiled|tiled-v1|tiled-64|tiled-128|tiled-nosplitk|dlight (the "
                         "GPU conv's tile table, or DLight's implicit GEMM), "
                         "cpu_gemm=measured|always (always: every 1x1 conv on the CPU GEMM), "
-                        "gpu_winograd=on|off; recorded in the artifact's manifest.json")
+                        "gpu_winograd=on|off, cpu_matmul=packed|streamed, "
+                        "gpu_matmul=TABLE|dlight, gpu_prefetch=on|off, cpu_prepack=on|off "
+                        "(off: the CPU kernels pack their weights on every call); recorded in "
+                        "the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "
                         "where the plan keeps the whole model on a CUDA GPU")

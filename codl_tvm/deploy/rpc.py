@@ -173,8 +173,8 @@ class RemoteRunner(runtime.Runner):
         remote_name = f"codl-{os.getpid()}-{id(self)}.so"
         session.upload(str(library), target=remote_name)
         self.vm = tvm.runtime.vm.VirtualMachine(session.load_module(remote_name), self.devices)
-        self.params = [tvm.runtime.tensor(np.asarray(params[p["name"]], order="C"),
-                                          self._dev(p["role"])) for p in manifest["params"]]
+        self.params = runtime.upload_params(self.vm, manifest, params, self._dev,
+                                            self._remote_items)
         # staging buffers in the remote's plain host memory (pinning needs a local CUDA)
         self.params += [tvm.runtime.empty(s["shape"], s["dtype"], self._dev(s["role"]))
                         for s in manifest.get("staging", [])]
@@ -207,6 +207,12 @@ class RemoteRunner(runtime.Runner):
                        "on the CPU: a stock server would move them to devices[0] "
                        "(apache/tvm#17884); start the server with python -m codl_tvm.deploy.server")
 
+    def _remote_items(self, ref: Any) -> list[Any]:
+        """The elements of a remote array (a tuple a remote function returned)."""
+        size = self.session.get_function("ffi.ArraySize")
+        item = self.session.get_function("ffi.ArrayGetItem")
+        return [item(ref, i) for i in range(size(ref))]
+
     def _remote_inputs(self, inputs: dict[str, np.ndarray]) -> list[Any]:
         return self._args(inputs)[: len(self.manifest["inputs"])]
 
@@ -218,9 +224,7 @@ class RemoteRunner(runtime.Runner):
             return runtime._flatten(self.vm.get_outputs("main"))
         ref = self.session.get_function("codl.rpc.call")(
             self.vm.module, self._key, *self._remote_inputs(inputs))
-        size = self.session.get_function("ffi.ArraySize")
-        item = self.session.get_function("ffi.ArrayGetItem")
-        return [item(ref, i).numpy() for i in range(size(ref))]
+        return [t.numpy() for t in self._remote_items(ref)]
 
     def time(self, inputs: dict[str, np.ndarray], repeat: int = 20, number: int = 1) -> float:
         """Median seconds of one inference, timed on the remote (one warm-up discarded)."""
@@ -270,6 +274,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} is not a codl-tvm artifact (no {runtime.MANIFEST})"
                                 ) from None
     if (manifest.get("format") != runtime.ARTIFACT_FORMAT
-            or manifest.get("version") != runtime.ARTIFACT_VERSION):
+            or manifest.get("version") not in runtime.READABLE_VERSIONS):
         raise ValueError(f"{path}: unsupported artifact format/version")
     return manifest

@@ -9,6 +9,7 @@ from .fuse_epilogues import FuseEpilogues
 from .lift_device_constants import LiftDeviceConstants
 from .lower_slices_to_block_copies import LowerSlicesToBlockCopies
 from .overlap_copies import OverlapCopies
+from .prepack_weights import PrepackWeights
 from .stage_cross_device_copies import StageCrossDeviceCopies
 from .texture_scope import AnnotateTextureScope
 from .write_split_outputs_in_place import WriteSplitOutputsInPlace
@@ -16,6 +17,6 @@ from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 __all__ = [
     "AnnotateTextureScope", "BackTexturesWithBuffers", "BindKernelTargets",
     "CoExecutionPartition", "CombineParallelDense", "FuseEpilogues", "LiftDeviceConstants",
-    "LowerSlicesToBlockCopies", "OverlapCopies", "StageCrossDeviceCopies", "UseAdrenoTexture",
-    "WriteSplitOutputsInPlace",
+    "LowerSlicesToBlockCopies", "OverlapCopies", "PrepackWeights", "StageCrossDeviceCopies",
+    "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]

@@ -316,8 +316,9 @@ class CoDLPredictor(BasePredictor):
             by_role[role][rest] = trim_zeros(units)
         return {
             "machine": machine_json(m, self._format_version()),
-            # the kernel variants its samples were built with: only those not the defaults
-            **({"variants": variants_json(m.variants)} if not m.variants.is_default else {}),
+            # the kernel variants its samples were built with, where a file without them
+            # would mean others (``variants_json``)
+            **({"variants": stated} if (stated := variants_json(m.variants)) else {}),
             **({} if same else {"family": self.family_}),
             "t": dict(by_role),
             # one per floored key, in the sorted order of ``t``'s keys (no key names: 2 KB)
@@ -327,7 +328,7 @@ class CoDLPredictor(BasePredictor):
     def _load_model(self, doc: dict[str, Any]) -> None:
         self.machine_ = dataclasses.replace(
             load_machine(doc["machine"], getattr(self, "_loaded_version", FORMAT_VERSION)),
-            variants=KernelVariants.from_json(doc.get("variants")))
+            variants=KernelVariants.from_stored(doc.get("variants")))
         flat = flat_models(doc["t"])
         self.family_ = doc.get("family") or {k.split("/")[0]: k.split("/")[0] for k in flat}
         self.t_ = {}
@@ -388,4 +389,4 @@ def _machine(rows: list[dict[str, Any]], facts: dict[str, Any], families: set[st
         if vals:
             known[field] = int(vals.most_common(1)[0][0])
     return dataclasses.replace(from_detected(facts, families, **known),
-                               variants=KernelVariants.from_json(facts.get("kernel_variants")))
+                               variants=KernelVariants.from_stored(facts.get("kernel_variants")))

@@ -76,6 +76,12 @@ CPU_CONV_TERMS = ("fma", "spill_or_k1_fetch", "pad", "weight_pack", "unpack", "l
                   "pad_gathered", "written_past_l2s")  # fmt: skip
 
 
+def _packs(m: Machine) -> float:
+    """1 where the samples' kernels packed their weight on every call, 0 where it was packed
+    once at compile time (``KernelVariants.cpu_prepack``)."""
+    return 0.0 if m.variants.cpu_prepack else 1.0
+
+
 def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     """direct-nchwc: tasks (ocb channels, 1 row, x_tile cols); work = IC*KH*KW vector FMAs
     per (x_tile x ocb/lanes) register tile, stack spills per (IC, KH) step where the hot loop
@@ -115,7 +121,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # (never for 1x1, whose model takes the input fetch in this slot instead)
         fetch if k1 else waves * s.IC * s.KH * conv_spills(s, m, vecs, xt),
         s.IC * hp * wp / m.cores,  # padded input copy
-        ocp * ocb * red / m.cores,  # weight pack (every call)
+        ocp * ocb * red / m.cores * _packs(m),  # weight pack (every call, unless prepacked)
         s.out_elems / m.cores,  # unpack
         # weight vector loads of the critical core once a task's packed weight panel
         # (ocb x IC*KH*KW floats) spills L1: they come from L2 on every register tile
@@ -188,8 +194,9 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # (68.4 / 72.9% acc10 on the split, 82.6% ungated)
         waves * s.IC * nv,
         s.IC * pp * np_ / m.cores,  # input pack
-        # weight pack; its unit is the 1x1 stride-2 direct conv's (``ties.k1_weight_pack_us``)
-        ocp * mr * s.IC / m.cores,
+        # weight pack (unless prepacked); its unit is the 1x1 stride-2 direct conv's
+        # (``ties.k1_weight_pack_us``)
+        ocp * mr * s.IC / m.cores * _packs(m),
         s.out_elems / m.cores,  # unpack
         # panels from other cores: the packs' parallel loops (o, k) and (po, k) leave each
         # panel's rows with the workers that wrote them; the busiest GEMM worker fetches
@@ -239,7 +246,7 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
         # 0.19-0.46x)
         min(16 * ocp * ocb * s.IC * 4, l2s) / 4 / m.cores,
         16 * s.IC * pp * pt / m.cores,  # pad + input transform
-        u_units,  # weight transform
+        u_units * _packs(m),  # weight transform (every call, unless prepacked)
         16 * ocp * ocb * th * tw / m.cores + s.out_elems / m.cores,  # output transform, unpack
         # (the weight vector loads of a task whose IC x ocb panel spills L1, as in cpu_conv,
         # fitted to 0.1 ns beside the U term and moved no +-10% outcome: left out)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from codl_tvm.tiling import KernelVariants
+from codl_tvm.tiling.variants import BEFORE
 
 REFERENCE_FILE = Path(__file__).resolve().parent.parent / "data" / "predictor-x86-cuda.json"
 BY_NAME_FROM = 4  # the predictor file format that names its machine's facts
@@ -192,12 +193,16 @@ def load_machine(doc: dict[str, Any] | list[int], version: int = ALL_FACTS_FROM)
 
 @cache
 def reference() -> Machine:
-    """The reference machine: the one the shipped predictor was trained on (its file)."""
+    """The reference machine: the one the shipped predictor was trained on (its file), with
+    the kernel variants its samples were built with."""
     doc = json.loads(REFERENCE_FILE.read_text())
-    return load_machine(doc["model"]["machine"], doc["version"])
+    return dataclasses.replace(load_machine(doc["model"]["machine"], doc["version"]),
+                               variants=KernelVariants.from_stored(doc["model"].get("variants")))
 
 
 def variants_json(v: KernelVariants) -> dict[str, Any]:
-    """The variants that differ from the defaults (a file without ``variants``: defaults)."""
-    default = KernelVariants().to_json()
-    return {k: x for k, x in v.to_json().items() if x != default[k]}
+    """The variants a file must state: those that differ from what a file without them
+    means (the defaults, or for a field files from before it lack, ``tiling.variants.BEFORE``:
+    ``KernelVariants.from_stored``)."""
+    unstated = {**KernelVariants().to_json(), **BEFORE}
+    return {k: x for k, x in v.to_json().items() if x != unstated[k]}

@@ -1,6 +1,7 @@
 """CPU conv2d: direct convolution with the output-channel block in SIMD lanes.
 
-The kernel packs the weight to ``[OC/ocb, IC, KH, KW, ocb]`` (zero-filled to a whole block),
+The weight is packed to ``[OC/ocb, IC, KH, KW, ocb]`` (zero-filled to a whole block; once at
+compile time where it is a constant, :mod:`.prepack`, else in the kernel),
 pads the input so every register tile is whole (no predicates in the hot loop), keeps an
 ``x_tile x ocb`` accumulator in registers, broadcasts one input value per FMA, and runs the
 (channel block, row, column tile) tasks in parallel. Works for any stride, dilation,
@@ -16,6 +17,7 @@ from tvm.s_tir import Schedule
 
 from .analysis import Conv2DInfo
 from .blocking import Blocking
+from .prepack import WeightPacked, has_block
 from .target_info import TargetInfo
 
 
@@ -57,7 +59,8 @@ def sampled_input(c: Conv2DInfo, x: te.Tensor, owp: int) -> te.Tensor:
 
 
 def direct_compute(c: Conv2DInfo, t: TargetInfo):
-    """A ``build(x, w) -> out`` for :func:`splice.splice` (groups == 1)."""
+    """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild` (groups == 1), its weight
+    pass apart (:class:`~.prepack.WeightPacked`)."""
     ocb, xt = conv_tiles(c, t)
     ocp = math.ceil(c.oc / ocb)
     owp = math.ceil(c.ow / xt) * xt
@@ -69,15 +72,17 @@ def direct_compute(c: Conv2DInfo, t: TargetInfo):
     if pointwise:  # the pad pass samples the strided pixels; the conv then runs at stride 1
         sh = sw = 1
 
-    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        xp = sampled_input(c, x, owp) if pointwise else padded_input(c, x, hp, wp)
-        wpk = te.compute(
+    def pack(w: te.Tensor) -> te.Tensor:
+        return te.compute(
             (ocp, c.ic, c.kh, c.kw, ocb),
             lambda o, ci, r, s, i: tirx.if_then_else(
                 o * ocb + i < c.oc, w[o * ocb + i, ci, r, s], tirx.const(0.0, w.dtype)
             ),
             name="codl_wpack",
         )
+
+    def body(x: te.Tensor, wpk: te.Tensor) -> te.Tensor:
+        xp = sampled_input(c, x, owp) if pointwise else padded_input(c, x, hp, wp)
         rc = te.reduce_axis((0, c.ic), name="rc")
         ry = te.reduce_axis((0, c.kh), name="ry")
         rx = te.reduce_axis((0, c.kw), name="rx")
@@ -95,7 +100,7 @@ def direct_compute(c: Conv2DInfo, t: TargetInfo):
             name="codl_unpack",
         )
 
-    return build
+    return WeightPacked(pack, body)
 
 
 def out_shape(c: Conv2DInfo) -> tuple[tirx.IntImm, ...]:
@@ -124,7 +129,8 @@ def schedule_direct(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> B
     wb_loops = sch.get_loops(acc)
     sch.vectorize(wb_loops[-1])
     _parallel_spatial(sch, "codl_pad", t)
-    _parallel_spatial(sch, "codl_wpack", t)
+    if has_block(sch, "codl_wpack"):  # not in the version that reads a packed weight
+        _parallel_spatial(sch, "codl_wpack", t)
     unpack_by_block(sch, "codl_unpack", ocb)
     tasks = math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
     return Blocking(

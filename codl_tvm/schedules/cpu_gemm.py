@@ -6,8 +6,9 @@ the direct NCHWc kernel (register tile = 14 columns of one row x 32 channels), t
 tile runs across row ends, so narrow images (OW = 13, 26, 32) and one-row H-split parts waste
 no lanes, and the OC block ``mr`` is picked to divide OC (21 -> 7, 125 -> 5).
 
-Per call: the weight is packed to panels ``[OC/mr, IC, mr]`` (OC*IC copies, ~1/(2P) of the
-GEMM's work) and the input to ``[P/np, IC, np]`` (with the conv's zero padding and the pixel
+The weight is packed to panels ``[OC/mr, IC, mr]`` (once at compile time where it is a
+constant, :mod:`.prepack`; else per call, OC*IC copies, ~1/(2P) of the GEMM's work); per call
+the input is packed to ``[P/np, IC, np]`` (with the conv's zero padding and the pixel
 tail materialised, so the hot loop has no predicate; at stride > 1 it samples the pixels the
 window reads); the accumulator ``mr x nv`` SIMD vectors stays in registers over the whole IC
 loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it every stride-1 1x1
@@ -28,6 +29,7 @@ from codl_tvm.tiling import MAX_VECS  # noqa: F401 - the tile rules live there
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape
+from .prepack import WeightPacked, has_block
 from .target_info import TargetInfo
 
 
@@ -77,21 +79,23 @@ def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
 
 
 def gemm_compute(c: Conv2DInfo, t: TargetInfo):
-    """A ``build(x, w) -> out`` for :func:`rebuild.rebuild`."""
+    """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild`, its weight pass apart."""
     mr, nv = gemm_tiles(c, t)
     np_ = nv * t.lanes
     ocp = math.ceil(c.oc / mr)
     pixels = c.oh * c.ow
     pp = math.ceil(pixels / np_)
 
-    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        wpk = te.compute(
+    def pack(w: te.Tensor) -> te.Tensor:
+        return te.compute(
             (ocp, c.ic, mr),
             lambda o, k, i: tirx.if_then_else(
                 o * mr + i < c.oc, w[o * mr + i, k, 0, 0], tirx.const(0.0, w.dtype)
             ),
             name="codl_wpack",
         )
+
+    def body(x: te.Tensor, wpk: te.Tensor) -> te.Tensor:
         xpk = te.compute(
             (c.n, pp, c.ic, np_),
             lambda n, po, k, pi: _padded_pixel(c, x, n, k, po * np_ + pi),
@@ -111,7 +115,7 @@ def gemm_compute(c: Conv2DInfo, t: TargetInfo):
             name="codl_unpack",
         )
 
-    return build
+    return WeightPacked(pack, body)
 
 
 def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
@@ -134,7 +138,8 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
     wb = sch.get_loops(acc)
     sch.vectorize(sch.split(wb[-1], [None, t.lanes])[-1])
     _pack_loops(sch, "codl_xpack", t.lanes)
-    _pack_loops(sch, "codl_wpack", 0)
+    if has_block(sch, "codl_wpack"):  # not in the version that reads a packed weight
+        _pack_loops(sch, "codl_wpack", 0)
     _pack_loops(sch, "codl_unpack", t.lanes)
     tasks = tiling.gemm_tasks(c, t)
     return Blocking(

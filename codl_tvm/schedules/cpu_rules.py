@@ -13,6 +13,7 @@ from codl_tvm import tiling
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape, padded_input
+from .prepack import WeightPacked, has_block
 from .target_info import TargetInfo
 
 PANEL_VECTORS = (4, 2)  # packed matmul: weight panel widths tried, in SIMD vectors (16 or 8
@@ -170,13 +171,27 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
     ``rows``: the shape of ``a``'s and ``out``'s axes before the last (batch axes, then M;
     their product is ``m``), for an ``a`` of more than two axes ([1, M, K], [1, H, W, C])."""
     rows = rows or (m,)
+    nr = packed_panel(m, n, t)
 
     def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         parts, n_main = _matmul_parts(
             (m,), k, n, t, lambda i, r, j: a[(*unravel(i[0], rows), r)] * b[r, j])
         return _unpack((*rows, n), parts, n_main, lambda lead: (ravel(lead, rows),))
 
-    return build
+    if not nr:
+        return build
+
+    def pack(b: te.Tensor) -> te.Tensor:  # (K, N) -> (N / nr, K, nr) panels
+        return te.compute((n // nr, k, nr), lambda jo, r, ji: b[r, jo * nr + ji],
+                          name="codl_wpack")
+
+    def body(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
+        parts, n_main = _matmul_parts(
+            (m,), k, n, t,
+            lambda i, r, j: a[(*unravel(i[0], rows), r)] * panels[j // nr, r, j % nr])
+        return _unpack((*rows, n), parts, n_main, lambda lead: (ravel(lead, rows),))
+
+    return WeightPacked(pack, body)
 
 
 def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: TargetInfo):
@@ -263,19 +278,16 @@ def packed_panel(m: int, n: int, t: TargetInfo) -> int:
 
 def _schedule_packed(sch: Schedule, m: int, n: int, nr: int, t: TargetInfo, rule: str,
                      lead: int, batch: int) -> Blocking:
-    """The weight copied into ``(N / nr, K, nr)`` panels inside the kernel; each task a tile of
+    """The weight in ``(N / nr, K, nr)`` panels (copied once at compile time where it is a
+    constant, :mod:`.prepack`, else inside the kernel); each task a tile of
     ``mi`` rows x ``nr`` columns over all of K, its accumulators in registers (the streamed
     kernel keeps a task's accumulator in memory)."""
     mi, _, _ = matmul_tiles(m, n, t)
     blk = sch.get_sblock("codl_mm_main")
-    weight = sch.mod["main"].params[1]  # (a, weight, ..., out): TIR params are buffers
-    idx = next(i for i, r in enumerate(sch.get(blk).reads) if r.source.same_as(weight))
-    panel = sch.cache_read(blk, idx, "global")
-    sch.transform_layout(blk, ("read", idx),
-                         lambda *ax: (*ax[:-2], ax[-1] // nr, ax[-2], ax[-1] % nr))
-    *outer, cols = sch.get_loops(panel)
-    sch.vectorize(sch.split(cols, [None, t.lanes])[-1])
-    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    if has_block(sch, "codl_wpack"):  # not in the version that reads packed panels
+        *outer, cols = sch.get_loops(sch.get_sblock("codl_wpack"))
+        sch.vectorize(sch.split(cols, [None, t.lanes])[-1])
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     *g, i, j, r = sch.get_loops(blk)
     io, ii = sch.split(i, [None, mi])
     jo, ju, jl = sch.split(j, [None, nr // t.lanes, t.lanes])

@@ -9,10 +9,9 @@ and the unpack to NCHW (where a fused epilogue is inlined). F(2,3) needs 2.25x f
 multiplies than direct; F(4,3) would need 4x fewer but its float32 error exceeds 1e-5 on
 large IC, the project's tolerance.
 
-The weight transform runs per call because weights are function parameters after the
-``lift-cpu-weights`` phase; it costs ``16 * 9`` flops per (oc, ic) pair, i.e. about
-``4.5 / P`` of the GEMM for ``P`` tiles, which is why the dispatch predicate asks for
-enough tiles (see :func:`wins`).
+Where the weight is a constant of the model the weight transform runs once, at compile time
+(:mod:`.prepack`); otherwise it runs per call, ``16 * 9`` flops per (oc, ic) pair, about
+``4.5 / P`` of the GEMM for ``P`` tiles.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from codl_tvm.tiling import M_TILE, R_TILE  # noqa: F401 - the tile rules live t
 from .analysis import Conv2DInfo, OpInfo
 from .blocking import Blocking
 from .cpu_conv import out_shape, padded_input, unpack_by_block
+from .prepack import WeightPacked, has_block
 from .target_info import TargetInfo
 
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
@@ -97,7 +97,8 @@ def _select(index, exprs: list[tirx.PrimExpr]) -> tirx.PrimExpr:
 
 
 def winograd_compute(c: Conv2DInfo, t: TargetInfo):
-    """A ``build(x, w) -> out`` for :func:`rebuild.rebuild`."""
+    """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild`, the weight transform apart
+    (:class:`~.prepack.WeightPacked`)."""
     ocb, pt = wino_tiles(c, t)
     th, tw = tiles(c)
     ntiles = th * tw
@@ -105,7 +106,19 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
     ocp = math.ceil(c.oc / ocb)
     zero = tirx.const(0.0, "float32")
 
-    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+    def pack(w: te.Tensor) -> te.Tensor:
+        def u_body(o, k, e, i):
+            oc = o * ocb + i
+
+            def load(r, s):
+                return w[oc, k, r, s]
+
+            exprs = [_combine(G, G, a, b, load) for a in range(4) for b in range(4)]
+            return tirx.if_then_else(oc < c.oc, _select(e, exprs), zero)
+
+        return te.compute((ocp, c.ic, 16, ocb), u_body, name="codl_wino_u")
+
+    def body(x: te.Tensor, u: te.Tensor) -> te.Tensor:
         xp = padded_input(c, x, M_TILE * th + 2, M_TILE * tw + 2)
 
         def v_body(n, e, k, p):
@@ -119,16 +132,6 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
 
         v = te.compute((c.n, 16, c.ic, pp), v_body, name="codl_wino_v")
 
-        def u_body(o, k, e, i):
-            oc = o * ocb + i
-
-            def load(r, s):
-                return w[oc, k, r, s]
-
-            exprs = [_combine(G, G, a, b, load) for a in range(4) for b in range(4)]
-            return tirx.if_then_else(oc < c.oc, _select(e, exprs), zero)
-
-        u = te.compute((ocp, c.ic, 16, ocb), u_body, name="codl_wino_u")
         rk = te.reduce_axis((0, c.ic), name="rk")
         m = te.compute(
             (c.n, 16, ocp, pp, ocb),
@@ -153,7 +156,7 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
             name="codl_unpack",
         )
 
-    return build
+    return WeightPacked(pack, body)
 
 
 def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
@@ -181,8 +184,9 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     # (PREDICTOR.md). One cache line more per plane spreads them over 16 sets.
     sch.storage_align(sch.get_sblock("codl_wino_v"), 0, axis=1, factor=V_PLANE_ALIGN_FLOATS,
                       offset=V_PLANE_SKEW_FLOATS)  # fmt: skip
-    # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors
-    _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
+    if has_block(sch, "codl_wino_u"):  # not in the version that reads a transformed weight
+        # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors
+        _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
     _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)
     _outer_parallel(sch, "codl_pad")
     unpack_by_block(sch, "codl_unpack", ocb)

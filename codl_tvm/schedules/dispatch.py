@@ -20,6 +20,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir import dlight as dl
 
+from .. import tiling
 from ..tiling import GEMV_MAX_ROWS, GLOBAL_POOL_MIN_WINDOW, THIN_OC_MAX
 from ..tiling.dispatch_table import TABLE, TableRow
 from . import (
@@ -32,6 +33,7 @@ from . import (
     gpu_matmul,
     gpu_rules,
     gpu_winograd,
+    prepack,
 )
 from .analysis import REDUCE, OpInfo, analyze, matmul_dims
 from .blocking import Blocking
@@ -81,6 +83,9 @@ def _te_kernel(func, info, t, compute, schedule) -> Scheduled:
     sch = Schedule(new)
     blocking = schedule(sch)
     inline_epilogue(sch, "codl_unpack")
+    if tiling.current_variants().cpu_prepack:
+        prepack.offer(func, info.main_block, compute, schedule,
+                      lambda s: inline_epilogue(s, "codl_unpack"))
     return sch.mod["main"], blocking
 
 

@@ -100,6 +100,7 @@ def rebuild(
     main_block: str,
     kernel: Callable[..., te.Tensor],
     kernel_inputs: int,
+    replace: dict[int, te.Tensor] | None = None,
 ) -> tirx.PrimFunc:
     """A PrimFunc equal to ``func`` with its prologue + ``main_block`` computed by ``kernel``.
 
@@ -113,9 +114,16 @@ def rebuild(
         ``kernel(*first_params) -> te.Tensor`` with the main block's output shape.
     kernel_inputs : int
         How many leading params the kernel takes.
+    replace : dict, optional
+        Param index -> the placeholder the new PrimFunc takes there instead (a kernel input
+        only: a packed weight, :mod:`.prepack`).
     """
     params = list(func.params)
     holders = {p: te.placeholder(tuple(p.shape), str(p.dtype), name=p.name) for p in params[:-1]}
+    for i, holder in (replace or {}).items():
+        if i >= kernel_inputs:
+            raise Unsupported(f"param {i} is not a kernel input")
+        holders[params[i]] = holder
     blocks = leaf_blocks(func)
     names = [b.name_hint for b in blocks]
     k = names.index(main_block)

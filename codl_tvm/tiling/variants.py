@@ -19,6 +19,7 @@ from .gpu_tiles import variant_names
 
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
+BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,10 @@ class KernelVariants:
         shared memory after it (``gpu_conv.schedule_conv``; on an H200 1.00-1.53x over 24 conv
         and matmul shapes, geometric mean 1.10x: ``benchmarks/gpu_matmul_variants.py``);
         off: it loads a step's tiles, then computes.
+    cpu_prepack : bool
+        On (the default): the CPU conv kernels (direct, 1x1 GEMM, Winograd) read a weight
+        packed once at compile time where the weight is a constant of the model
+        (:class:`codl_tvm.passes.PrepackWeights`); off: they pack it on every call.
     """
 
     gpu_conv: str = "tiled"
@@ -60,6 +65,7 @@ class KernelVariants:
     cpu_matmul: str = "packed"
     gpu_matmul: str = "tiled"
     gpu_prefetch: bool = True
+    cpu_prepack: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -74,7 +80,7 @@ class KernelVariants:
         if self.cpu_matmul not in CPU_MATMUL_CHOICES:
             raise ValueError(f"unknown cpu_matmul variant {self.cpu_matmul!r}; "
                              f"known: {list(CPU_MATMUL_CHOICES)}")  # fmt: skip
-        for flag in ("gpu_winograd", "gpu_prefetch"):
+        for flag in BOOL_FIELDS:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, not {getattr(self, flag)!r}")
 
@@ -98,6 +104,13 @@ class KernelVariants:
         return cls(**doc)
 
     @classmethod
+    def from_stored(cls, doc: dict[str, Any] | None) -> KernelVariants:
+        """The variants a predictor file or a profile's samples were made with: as
+        :meth:`from_json`, except that a field they do not state takes the value of the
+        kernels from before it existed (:data:`BEFORE`)."""
+        return cls.from_json({**BEFORE, **(doc or {})})
+
+    @classmethod
     def parse(cls, items: Iterable[str]) -> KernelVariants:
         """From ``KEY=VALUE`` texts (the command line's ``--kernel-variant``), e.g.
         ``gpu_conv=tiled-64``, ``cpu_gemm=always``, ``gpu_winograd=off``,
@@ -110,7 +123,7 @@ class KernelVariants:
                 raise ValueError(f"kernel variant {item!r}: expected KEY=VALUE with KEY one of "
                                  f"{', '.join(FIELDS)}")  # fmt: skip
             value = value.strip()
-            if key in ("gpu_winograd", "gpu_prefetch"):
+            if key in BOOL_FIELDS:
                 flag = _BOOLS.get(value.lower())
                 if flag is None:
                     raise ValueError(f"kernel variant {item!r}: {key} is on or off")
@@ -128,6 +141,8 @@ FIELDS = tuple(f.name for f in dataclasses.fields(KernelVariants))
 _BOOLS = {"on": True, "1": True, "true": True, "yes": True,
           "off": False, "0": False, "false": False, "no": False}  # fmt: skip
 DEFAULT = KernelVariants()
+# what the kernels did before a field existed, for files written then (``from_stored``)
+BEFORE: dict[str, Any] = {"cpu_prepack": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
