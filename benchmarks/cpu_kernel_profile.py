@@ -71,7 +71,8 @@ def main() -> int:
     rows, by_kind = [], defaultdict(float)
     for name, s in spent.items():
         ms = s / args.runs * 1e3
-        func, blocking = scheduled.get(name, (None, None))
+        # a kernel reading its weight packed at load (PrepackWeights) is X_prepacked_dN
+        func, blocking = scheduled.get(name.replace("_prepacked_d", "_d"), (None, None))
         kind = blocking.algorithm if blocking else name
         by_kind[kind] += ms
         c = analyze(func).conv if func is not None else None
