@@ -104,6 +104,21 @@ def test_split_parts_read_packed_weights_and_equal_the_model(h, w, wide, oc, dim
     _check(mod, Plan.uniform(mod, dim, ratio))
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_transposed_conv_reads_its_flipped_weight_packed(stride):
+    rng = np.random.default_rng(stride)
+
+    def body(bb, x):
+        return rop.nn.conv2d_transpose(x, const(rng, (12, 10, 3, 3)), strides=stride,
+                                       padding=(1, 1, 1, 1), output_padding=stride - 1)
+
+    mod = single_function((1, 12, 7, 9), body)
+    exes = _check(mod, Plan.single(mod, "cpu"))
+    (blocks,) = [b for a, b in _blocks(exes["packed"]).items() if a == "direct-nchwc"]
+    assert not blocks & (WEIGHT_PASSES | {"codl_wflip"})
+    assert _blocks(exes["per_call"])["direct-nchwc"] & WEIGHT_PASSES
+
+
 def test_a_weight_two_kernels_read_is_packed_for_each():
     rng = np.random.default_rng(3)
     weight = const(rng, (24, 16, 3, 3))

@@ -52,9 +52,10 @@ def pack_func(kernel: WeightPacked, weight: tirx.Var | tirx.Buffer) -> tirx.Prim
     w = te.placeholder(tuple(weight.shape), str(weight.dtype), name="w")
     func = te.create_prim_func([w, kernel.pack(w)])
     sch = Schedule(func)
-    block = sch.get_child_blocks(sch.get_sblock("root"))[-1]
-    loops = sch.get_loops(block)
-    sch.parallel(loops[0])
+    *before, last = sch.get_child_blocks(sch.get_sblock("root"))
+    for block in before:  # a transposed conv's flip: read where it is packed
+        sch.compute_inline(block)
+    sch.parallel(sch.get_loops(last)[0])
     return sch.mod["main"]
 
 
