@@ -158,11 +158,12 @@ def test_predictor_records_the_variants_of_its_samples(tmp_path):
     assert pred.algorithm("cpu", K1S2) == "gemm-1x1"
     pred.save(tmp_path / "p.json")
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert doc["model"]["variants"] == {"cpu_gemm": "always"}  # only what is not the default
+    # what is not the default, and cpu_prepack, which files from before it lack (and mean off)
+    assert doc["model"]["variants"] == {"cpu_gemm": "always", "cpu_prepack": True}
     back = load(tmp_path / "p.json")
     assert back.machine_.variants == always and back.algorithm("cpu", K1S2) == "gemm-1x1"
-    shipped = load(DATA_DIR / "predictor-x86-cuda.json")  # no "variants": the defaults
-    assert shipped.machine_.variants == KernelVariants()
+    shipped = load(DATA_DIR / "predictor-x86-cuda.json")  # no "variants": those of its day
+    assert shipped.machine_.variants == KernelVariants(cpu_prepack=False)
     assert shipped.algorithm("cpu", K1S2) == "direct-nchwc"
 
 
