@@ -94,16 +94,16 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     variants = {"cpu": ("cpu", False)} if pair.is_cpu_only else {
         "cpu": ("cpu", False), "gpu": ("gpu", False), "gpu-graph": ("gpu", True)}
     kernels = {name: None for name in variants}
-    if args.baseline_variant and not pair.is_cpu_only:  # the same graph build, other kernels
-        variants["gpu-graph-base"] = ("gpu", True)
-        items = [kv for item in args.baseline_variant for kv in item.split(",")]
-        kernels["gpu-graph-base"] = codl_tvm.KernelVariants.parse(items)
-        meta["baseline_variant"] = ",".join(items)
-    if args.cpu_baseline_variant:  # the CPU-only build on other kernels
-        variants["cpu-base"] = ("cpu", False)
-        items = [kv for item in args.cpu_baseline_variant for kv in item.split(",")]
-        kernels["cpu-base"] = codl_tvm.KernelVariants.parse(items)
-        meta["cpu_baseline_variant"] = ",".join(items)
+    # the same build on other kernels: the CUDA-graph one (x86-cuda), the CPU-only one
+    baselines = [("cpu-base", ("cpu", False), args.cpu_baseline_variant, "cpu_baseline_variant")]
+    if not pair.is_cpu_only:
+        baselines.append(("gpu-graph-base", ("gpu", True), args.baseline_variant,
+                          "baseline_variant"))
+    for base, build_as, given, key in baselines:
+        if given:
+            items = [kv for item in given for kv in item.split(",")]
+            variants[base], kernels[base] = build_as, codl_tvm.KernelVariants.parse(items)
+            meta[key] = ",".join(items)
     for variant, (place, graph_on) in variants.items():
         exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, place), cuda_graph=graph_on,
                                variants=kernels[variant])

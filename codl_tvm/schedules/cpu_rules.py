@@ -173,25 +173,19 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
     rows = rows or (m,)
     nr = packed_panel(m, n, t)
 
-    def build(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+    def dense(a: te.Tensor, weight_at) -> te.Tensor:  # weight_at(r, j): the weight's (r, j)
         parts, n_main = _matmul_parts(
-            (m,), k, n, t, lambda i, r, j: a[(*unravel(i[0], rows), r)] * b[r, j])
+            (m,), k, n, t, lambda i, r, j: a[(*unravel(i[0], rows), r)] * weight_at(r, j))
         return _unpack((*rows, n), parts, n_main, lambda lead: (ravel(lead, rows),))
 
     if not nr:
-        return build
+        return lambda a, b: dense(a, lambda r, j: b[r, j])
 
     def pack(b: te.Tensor) -> te.Tensor:  # (K, N) -> (N / nr, K, nr) panels
         return te.compute((n // nr, k, nr), lambda jo, r, ji: b[r, jo * nr + ji],
                           name="codl_wpack")
 
-    def body(a: te.Tensor, panels: te.Tensor) -> te.Tensor:
-        parts, n_main = _matmul_parts(
-            (m,), k, n, t,
-            lambda i, r, j: a[(*unravel(i[0], rows), r)] * panels[j // nr, r, j % nr])
-        return _unpack((*rows, n), parts, n_main, lambda lead: (ravel(lead, rows),))
-
-    return WeightPacked(pack, body)
+    return WeightPacked(pack, lambda a, p: dense(a, lambda r, j: p[j // nr, r, j % nr]))
 
 
 def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: TargetInfo):

@@ -262,14 +262,21 @@ def schedule_tail(sch: Schedule, plan: ConvTiling, threads: bool = True) -> str:
 
 
 
-def plan_blocking(plan: ConvTiling, rule: str, warp: int) -> Blocking:
-    """The blocking of the GEMM pass (pass 2 of split-K is stated under ``sum.*`` keys)."""
-    tile = plan.tile
-    grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": plan.split,
-            "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}
+def gemm_grid(plan: PaddedGemm, depth: int) -> dict[str, int]:
+    """The tiled GEMM's launch grid (``depth`` blocks on ``blockIdx.z``); split-K's sum pass
+    under ``sum.*`` keys."""
+    grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": depth,
+            "threadIdx.x": plan.tile.tx, "threadIdx.y": plan.tile.ty}
     if plan.split > 1:
         grid["sum.blockIdx.x"] = math.ceil(plan.m * plan.n / SUM_THREADS)
         grid["sum.threadIdx.x"] = SUM_THREADS
+    return grid
+
+
+def plan_blocking(plan: ConvTiling, rule: str, warp: int) -> Blocking:
+    """The blocking of the GEMM pass (pass 2 of split-K is stated under ``sum.*`` keys)."""
+    tile = plan.tile
+    grid = gemm_grid(plan, plan.split)
     return Blocking(
         algorithm="gpu-conv-tiled-split-k" if plan.split > 1 else "gpu-conv-tiled",
         processor="gpu", op="conv2d", output_size=plan.m * plan.n,

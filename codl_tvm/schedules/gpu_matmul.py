@@ -21,12 +21,12 @@ from tvm import te, tirx
 from tvm.s_tir import Schedule
 
 from codl_tvm import tiling
-from codl_tvm.tiling import DECLINE, SUM_THREADS, Tile
+from codl_tvm.tiling import DECLINE, Tile
 
 from .analysis import matmul_dims
 from .blocking import Blocking
 from .cpu_rules import ravel, unravel
-from .gpu_conv import PaddedGemm, schedule_conv, schedule_tail, sm_count
+from .gpu_conv import PaddedGemm, gemm_grid, schedule_conv, schedule_tail, sm_count
 from .rebuild import Unsupported, inline_shared_values, rebuild
 from .target_info import TargetInfo
 
@@ -135,11 +135,7 @@ def plan_blocking(plan: MatmulTiling, rule: str, warp: int) -> Blocking:
     """The blocking of the GEMM pass (pass 2 of split-K under ``sum.*`` keys)."""
     tile = plan.tile
     depth = math.prod(plan.batch) if plan.batch else plan.split
-    grid = {"blockIdx.x": plan.n_tiles, "blockIdx.y": plan.m_tiles, "blockIdx.z": depth,
-            "threadIdx.x": tile.tx, "threadIdx.y": tile.ty}
-    if plan.split > 1:
-        grid["sum.blockIdx.x"] = math.ceil(plan.m * plan.n / SUM_THREADS)
-        grid["sum.threadIdx.x"] = SUM_THREADS
+    grid = gemm_grid(plan, depth)
     return Blocking(
         algorithm="gpu-matmul-tiled-split-k" if plan.split > 1 else "gpu-matmul-tiled",
         processor="gpu", op="matmul", output_size=math.prod(plan.rows) * plan.n,
