@@ -28,6 +28,7 @@ from .passes import (
 )
 from .passes import adreno_texture as tex
 from .passes import texture_scope as scope
+from .passes.cpu_fast_math import cpu_fast_math_legalizations
 from .plan import Plan
 from .schedules import ApplySchedules
 
@@ -127,7 +128,8 @@ def texture_phases(
     out = []
     for name, passes in base:
         if name == "legalize":
-            passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d}),
+            passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d,
+                                      **cpu_fast_math_legalizations()}),
                       *([FuseEpilogues()] if fuse else []), BindKernelTargets()]
         elif name == "schedule":
             # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
@@ -177,7 +179,8 @@ def phases(
     base = [
         ("prepare", prepare_passes()),
         ("partition", [CoExecutionPartition(plan, pair), rt.RealizeVDevice()]),
-        ("legalize", [rt.LegalizeOps(), *([FuseEpilogues()] if fuse else []),
+        ("legalize", [rt.LegalizeOps(cpu_fast_math_legalizations()),
+                      *([FuseEpilogues()] if fuse else []),
                       BindKernelTargets()]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", schedule_passes()),

@@ -71,16 +71,17 @@ def test_a_new_row_needs_a_mirror_and_a_schedule():
 def test_variants_parse_and_round_trip():
     v = KernelVariants.parse(["gpu_conv=tiled-64", "cpu-gemm=always", "gpu_winograd=off",
                               "cpu_matmul=streamed", "gpu_matmul=dlight", "gpu_prefetch=off",
-                              "cpu_prepack=off"])
-    assert v == KernelVariants("tiled-64", "always", False, "streamed", "dlight", False, False)
+                              "cpu_prepack=off", "cpu_fast_math=off"])
+    assert v == KernelVariants("tiled-64", "always", False, "streamed", "dlight", False, False,
+                               False)
     assert KernelVariants.from_json(json.loads(json.dumps(v.to_json()))) == v
     assert KernelVariants.from_json(None) == KernelVariants() and KernelVariants().is_default
     assert v.describe() == ("gpu_conv=tiled-64,cpu_gemm=always,gpu_winograd=off,"
                             "cpu_matmul=streamed,gpu_matmul=dlight,gpu_prefetch=off,"
-                            "cpu_prepack=off")
+                            "cpu_prepack=off,cpu_fast_math=off")
     for bad in (["gpu_conv=nope"], ["cpu_gemm=sometimes"], ["gpu_winograd=maybe"], ["x=1"],
                 ["gpu_conv"], ["cpu_matmul=tiled"], ["gpu_matmul=packed"], ["gpu_prefetch=maybe"],
-                ["cpu_prepack=later"]):
+                ["cpu_prepack=later"], ["cpu_fast_math=approx"]):
         with pytest.raises(ValueError):
             KernelVariants.parse(bad)
     with pytest.raises(ValueError, match="unknown kernel variants"):

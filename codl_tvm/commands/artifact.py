@@ -45,8 +45,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_gemm=measured|always (always: every 1x1 conv on the CPU GEMM), "
                         "gpu_winograd=on|off, cpu_matmul=packed|streamed, "
                         "gpu_matmul=TABLE|dlight, gpu_prefetch=on|off, cpu_prepack=on|off "
-                        "(off: the CPU kernels pack their weights on every call); recorded in "
-                        "the artifact's manifest.json")
+                        "(off: the CPU kernels pack their weights on every call), "
+                        "cpu_fast_math=on|off (off: exact scalar exp/erf/tanh on the CPU); "
+                        "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "
                         "where the plan keeps the whole model on a CUDA GPU")

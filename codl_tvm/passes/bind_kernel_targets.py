@@ -84,7 +84,7 @@ def type_vdevice(ty: relax.Type) -> relax.VDevice | None:
     """The vdevice of a tensor type, or of a tuple type's first tensor."""
     if isinstance(ty, relax.TupleType):
         return type_vdevice(ty.fields[0]) if len(ty.fields) else None
-    return getattr(ty, "vdevice", None)
+    return getattr(ty, "vdevice", None) if ty is not None else None
 
 
 @tvm.transform.module_pass(opt_level=0, name="BindKernelTargets")

@@ -19,7 +19,7 @@ from .gpu_tiles import variant_names
 
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
-BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack")
+BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,10 @@ class KernelVariants:
         On (the default): the CPU conv kernels (direct, 1x1 GEMM, Winograd) read a weight
         packed once at compile time where the weight is a constant of the model
         (:class:`codl_tvm.passes.PrepackWeights`); off: they pack it on every call.
+    cpu_fast_math : bool
+        On (the default): exp, erf, tanh, softmax and GELU placed on the CPU compute TVM's
+        vectorizing approximations (``topi.fast_exp`` ...; :mod:`codl_tvm.passes.cpu_fast_math`);
+        off: LLVM's scalar library calls, one element at a time.
     """
 
     gpu_conv: str = "tiled"
@@ -66,6 +70,7 @@ class KernelVariants:
     gpu_matmul: str = "tiled"
     gpu_prefetch: bool = True
     cpu_prepack: bool = True
+    cpu_fast_math: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
