@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchors_models as am  # noqa: E402
 
 KEY = ("model", "processor", "machine", "anchor")
+GROUP = KEY[:3]  # one model on one processor of one machine: measured together
 X86_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 
 
@@ -312,11 +313,18 @@ def run(args: argparse.Namespace) -> int:
 
 # ---- results -------------------------------------------------------------------------------
 def merge(path: str, rows: list[dict]) -> list[dict]:
+    """Rows into ``path``: a (model, processor, machine) measured in ``rows`` replaces all of
+    its old rows (a baseline no longer built leaves no stale row); the file is replaced at
+    once."""
     p = Path(path)
     old = json.loads(p.read_text())["rows"] if p.exists() else []
-    new = {tuple(r.get(k) for k in KEY): r for r in old + rows}
+    fresh = {tuple(r.get(k) for k in GROUP) for r in rows}
+    kept = [r for r in old if tuple(r.get(k) for k in GROUP) not in fresh]
+    new = {tuple(r.get(k) for k in KEY): r for r in kept + rows}
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"rows": list(new.values())}, indent=1) + "\n")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"rows": list(new.values())}, indent=1) + "\n")
+    os.replace(tmp, p)
     return list(new.values())
 
 
