@@ -257,3 +257,46 @@ def test_noise_command_reports_one_models_rows(capsys):
     assert main(["profile-noise", str(samples), "--model", "NOPE"]) == 1
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "noise: error:" in err and "no rows of model NOPE" in err
+
+
+def test_cpu_samples_of_ops_with_weights_are_timed_with_the_weights_evicted():
+    import tvm
+
+    from codl_tvm.profiler.rounds import cold_weights
+
+    proto = Protocol()
+    assert cold_weights(proto, "conv2d", tvm.cpu()) and cold_weights(proto, "dense", tvm.cpu())
+    assert cold_weights(proto, "depthwise", tvm.cpu())
+    # a remote CPU (RPC session mask) is a CPU too
+    assert cold_weights(proto, "conv2d", tvm.runtime.Device(1 + 128, 0))
+    for op in ("slice", "concat", "to_cpu", "pool_max", "elementwise"):
+        assert not cold_weights(proto, op, tvm.cpu())
+    assert not cold_weights(proto, "conv2d", tvm.cuda())
+    assert not cold_weights(Protocol(cpu_cold_weights=False), "conv2d", tvm.cpu())
+
+
+def test_a_cold_visit_times_single_calls_of_the_real_function():
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from codl_tvm.profiler.rounds import COLD_MAX_REPEATS, time_function
+
+    @tvm.script.ir_module
+    class Dense:
+        @R.function
+        def f(x: R.Tensor((1, 256), "float32"), w: R.Tensor((256, 1024), "float32")):
+            return R.matmul(x, w)
+
+    vm = relax.VirtualMachine(tvm.compile(Dense, target={"kind": "llvm"}), tvm.cpu())
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype("float32") for s in ((1, 256), (256, 1024)))
+    args = [tvm.runtime.tensor(x), tvm.runtime.tensor(w)]
+    proto = Protocol(repeats=3, min_repeat_ms=1.0, warmup_ms=1.0)
+    warm, _ = time_function(vm, "f", args, tvm.cpu(), proto)
+    cold, _ = time_function(vm, "f", args, tvm.cpu(), proto, cold=True)
+    assert len(warm) == 3  # repeats of several calls each
+    assert proto.repeats <= len(cold) <= COLD_MAX_REPEATS  # one call per repeat
+    assert all(c > 0 for c in warm + cold)
+    # the function still computes x @ w
+    np.testing.assert_allclose(vm["f"](*args).numpy(), x @ w, rtol=1e-5, atol=1e-4)

@@ -130,14 +130,16 @@ def measured_costs(
     grid: tuple[float, ...] = MEASURE_GRID,
     progress: bool = True,
     remote: dict[str, Any] | None = None,
+    proto: Any = None,
 ) -> MeasuredCosts:
     """Measure every op of ``mod`` on ``pair`` (each processor's share of ``grid`` on each
     dim, plus the sharing costs) into the samples file ``cache`` (resumed when it exists).
-    ``remote`` (``rpc``, ``tracker``, ``key``) measures on an RPC target instead of here."""
+    ``remote`` (``rpc``, ``tracker``, ``key``) measures on an RPC target instead of here;
+    ``proto`` (:class:`codl_tvm.profiler.rounds.Protocol`) is how each sample is timed."""
     from ..profiler import profile, read_samples
 
     jobs = oracle_jobs(mod, grid)
-    profile(pair, cache, jobs=jobs, progress=progress, **(remote or {}))
+    profile(pair, cache, jobs=jobs, progress=progress, proto=proto, **(remote or {}))
     return MeasuredCosts(read_samples(cache, pair=pair.name), label=f"measured ({cache})")
 
 

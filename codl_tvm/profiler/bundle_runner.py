@@ -40,6 +40,7 @@ if __package__:
         Item,
         Protocol,
         RoundBook,
+        cold_weights,
         interleave,
         run_rounds,
         time_copy,
@@ -50,7 +51,16 @@ else:  # run as a file where only runtime-only TVM exists: the sibling modules
     from cpu_pool import pair_threads, use_cpu_threads  # type: ignore
     from host_memory import copy_tensors  # type: ignore
     from nvcc import compile_cuda  # type: ignore
-    from rounds import Item, Protocol, RoundBook, interleave, run_rounds, time_copy, time_function  # type: ignore  # type: ignore
+    from rounds import (  # type: ignore
+        Item,
+        Protocol,
+        RoundBook,
+        cold_weights,
+        interleave,
+        run_rounds,
+        time_copy,
+        time_function,
+    )
 
 MANIFEST_VERSION = 3
 # 2 adds the per-role left-out counts; 3 times copies as staged copies (a library of null)
@@ -124,7 +134,9 @@ def _key_fn(key_cols: list[str]):
 def _visit(vm: Any, entry: dict[str, Any], devs: list[Any], proto: Protocol):
     def visit() -> tuple[list[float], float]:
         args = make_inputs(entry["inputs"], [devs[i] for i in entry["input_devices"]])
-        return time_function(vm, entry["name"], args, devs[entry["timer_device"]], proto)
+        dev = devs[entry["timer_device"]]
+        cold = cold_weights(proto, entry.get("op", entry.get("row", {}).get("op")), dev)
+        return time_function(vm, entry["name"], args, dev, proto, cold)
 
     return visit
 
@@ -202,6 +214,7 @@ def run_bundle(
     facts = {**man.get("codegen_facts", {}), **machine_facts.detect(gpus[0] if gpus else None)}
     if man.get("kernel_variants"):  # the variants the bundle's kernels were built with
         facts["kernel_variants"] = man["kernel_variants"]
+    facts["protocol"] = proto.to_json()  # how the samples were timed (CPU weights evicted?)
     print(f"machine facts: {machine_facts.write(out, facts)}", flush=True)
     book = RoundBook(out, man["columns"], _key_fn(man["key_columns"]))
     threads = use_cpu_threads(pair_threads(man.get("pair")))
@@ -262,11 +275,15 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sample-ms", type=float, default=d.max_sample_ms,
                         help="cap of one visit's timed repeats; slower kernels get fewer "
                         f"(default {d.max_sample_ms})")  # fmt: skip
+    parser.add_argument("--warm-weights", action="store_true",
+                        help="time CPU ops with weights as the previous call left them in the "
+                        "caches (default: evicted before each call, as a whole model reads them)")
 
 
 def protocol_from_args(args: argparse.Namespace) -> Protocol:
     return Protocol(rounds=max(1, args.rounds), min_repeat_ms=args.min_repeat_ms,
-                    repeats=max(1, args.repeats), max_sample_ms=args.max_sample_ms)  # fmt: skip
+                    repeats=max(1, args.repeats), max_sample_ms=args.max_sample_ms,
+                    cpu_cold_weights=not args.warm_weights)  # fmt: skip
 
 
 def _warm_main(arch: str, files: list[str]) -> int:

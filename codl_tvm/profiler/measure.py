@@ -155,7 +155,8 @@ def measure(
         pair.runtime_kind("gpu"), pair.runtime_index("gpu"))
     facts = {**session.remote_cpu_facts(), **machine_facts.detect(gpu, host=session.remote is None)}
     machine_facts.write(output, {**codegen_facts.detect(pair.cpu_spec), **facts,
-                                 "kernel_variants": current_variants().to_json()})
+                                 "kernel_variants": current_variants().to_json(),
+                                 "protocol": proto.to_json()})
     book = RoundBook(output, COLUMNS, row_key)
     # block copies are timed in this process (over RPC they are priced as the slice kernel)
     jobs = space.for_pair(jobs, (pair.runs_block_copies or pair.is_cpu_only)
@@ -253,7 +254,8 @@ def _visit(vm: Any, entry: Entry, role: str | None, devs: list[Any], proto: Prot
     def visit() -> tuple[list[float], float]:
         in_devs, timer = entry_placement(entry, role)
         args = br.make_inputs([list(s) for s in entry.inputs], [devs[i] for i in in_devs])
-        return br.time_function(vm, entry.name, args, devs[timer], proto)
+        cold = br.cold_weights(proto, entry.job.op, devs[timer])
+        return br.time_function(vm, entry.name, args, devs[timer], proto, cold)
 
     return visit
 

@@ -14,6 +14,13 @@ slower, so the low end is the reproducible part); the sample's ``latency_us`` is
 the lower half of its visits' estimates (:func:`sample_estimate`). The row keeps ``median_us``
 (median of all repeats), ``spread_us``, ``repeat`` (all repeats), ``rounds`` and ``round_us``
 (each visit's estimate, ``;``-joined).
+
+A CPU sample of an op with weights (:data:`WEIGHTED_OPS`) is timed one call per repeat, with
+every argument but the first (its activation) evicted from the caches before each call (TVM's
+``cache_flush_cpu_non_first_arg``, as MetaSchedule's runner does): in a whole model each op
+reads its weights from memory, because the ops between two calls of it stream other data
+through the caches. Timed warm, the sum of a CPU-only model's kernels falls 20-25% short of the
+model on the development CPU (PREDICTOR.md, "Weights come from memory").
 """
 
 from __future__ import annotations
@@ -43,19 +50,36 @@ class Protocol:
     warmup_ms: float = 5.0
     max_sample_ms: float = 120.0  # cap of one visit's timed part (slow kernels: fewer repeats)
     seed: int = 0
+    cpu_cold_weights: bool = True  # CPU ops with weights: weights evicted before each call
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+# ops whose arguments after the first are weights (the profiler's one-op functions: x, w)
+WEIGHTED_OPS = frozenset({"conv2d", "depthwise", "dense"})
+FLUSH_WEIGHTS = "cache_flush_cpu_non_first_arg"  # TVM runtime: clflush each arg but the first
+COLD_MAX_REPEATS = 200  # cold repeats are single calls: short kernels get more of them
+_CPU = 1  # DLPack's kDLCPU; a remote device adds multiples of 128 (TVM's RPC session mask)
+
+
+def cold_weights(proto: Protocol, op: str | None, dev: Any) -> bool:
+    """Whether a sample of ``op`` timed on ``dev`` reads its weights evicted from the caches."""
+    on_cpu = int(dev.dlpack_device_type()) % 128 == _CPU
+    return proto.cpu_cold_weights and op in WEIGHTED_OPS and on_cpu
+
+
 def time_function(
-    vm: Any, name: str, args: list[Any], dev: Any, proto: Protocol | None = None
+    vm: Any, name: str, args: list[Any], dev: Any, proto: Protocol | None = None,
+    cold: bool = False,
 ) -> tuple[list[float], float]:
     """One visit of ``vm[name](*args)``: (per-call microseconds of each repeat, first call s).
 
     Warm-up: the first call (loading, allocation), then more calls until ``warmup_ms`` has
     passed (at most 20). The VM's stateful API (``set_input`` + ``invoke_stateful``) works both
-    here and over RPC.
+    here and over RPC. ``cold`` (:func:`cold_weights`): each repeat is one call with every
+    argument but the first evicted from the caches, and a visit times as many such calls as
+    ``repeats`` repeats of ``min_repeat_ms`` hold (at least ``repeats``).
     """
     proto = proto or Protocol()
     vm.set_input(name, *args)
@@ -70,6 +94,13 @@ def time_function(
         calls += 1
     call_s = (time.perf_counter() - t0) / calls if calls else first_s
     number = max(1, int(np.ceil(proto.min_repeat_ms / 1e3 / max(call_s, 1e-7))))
+    if cold:
+        want = proto.repeats * proto.min_repeat_ms / 1e3 / max(call_s, 1e-7)
+        fits = int(proto.max_sample_ms / 1e3 / max(call_s, 1e-9))
+        repeat = max(1, min(fits, COLD_MAX_REPEATS, max(proto.repeats, int(want))))
+        res = vm.time_evaluator(name, dev, number=1, repeat=repeat, f_preproc=FLUSH_WEIGHTS)(
+            *args)
+        return [float(c) * 1e6 for c in res.results], first_s
     fits = int(proto.max_sample_ms / 1e3 / max(number * call_s, 1e-9))
     repeat = max(1, min(proto.repeats, fits))
     res = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)(name)
