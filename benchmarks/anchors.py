@@ -39,9 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchors_models as am  # noqa: E402
+from anchors_rows import KEY, merge, table  # noqa: E402
 
-KEY = ("model", "processor", "machine", "anchor")
-GROUP = KEY[:3]  # one model on one processor of one machine: measured together
 X86_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 
 
@@ -312,39 +311,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ---- results -------------------------------------------------------------------------------
-def merge(path: str, rows: list[dict]) -> list[dict]:
-    """Rows into ``path``: a (model, processor, machine) measured in ``rows`` replaces all of
-    its old rows (a baseline no longer built leaves no stale row); the file is replaced at
-    once."""
-    p = Path(path)
-    old = json.loads(p.read_text())["rows"] if p.exists() else []
-    fresh = {tuple(r.get(k) for k in GROUP) for r in rows}
-    kept = [r for r in old if tuple(r.get(k) for k in GROUP) not in fresh]
-    new = {tuple(r.get(k) for k in KEY): r for r in kept + rows}
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"rows": list(new.values())}, indent=1) + "\n")
-    os.replace(tmp, p)
-    return list(new.values())
-
-
-def table(rows: list[dict]) -> str:
-    def f(v: Any, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
-
-    head = ["model", "proc", "machine", "thr", "codl ms", "anchor", "anchor ms",
-            "anchor / codl", "rel_err", "anchor rel_err", "rounds"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        c, a = r.get("codl_ms"), r.get("anchor_ms")
-        out.append("| " + " | ".join([
-            r["model"], r["processor"], r["machine"], str(r.get("threads", "-")),
-            f(c, ".2f"), r["anchor"], f(a, ".2f"), f(a / c if a and c else None, ".2f"),
-            f(r.get("rel_err"), ".1e"), f(r.get("anchor_rel_err"), ".1e"),
-            str(r.get("rounds", "-"))]) + " |" + (f" {r['skipped']}" if "skipped" in r else ""))
-    return "\n".join(out)
-
-
 def report(args: argparse.Namespace) -> int:
     rows: list[dict] = []
     for path in args.files:

@@ -1,4 +1,4 @@
-"""benchmarks/anchors.py's result merge: a fresh measurement of a model on a processor of a
+"""benchmarks/anchors_rows.py: the anchors' result merge: a fresh measurement of a model on a processor of a
 machine replaces all of that group's old rows, and nothing else."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def _row(model, anchor, ms, machine="m1", processor="cpu"):
 
 
 def test_a_new_measurement_replaces_its_group_and_keeps_the_rest(tmp_path):
-    anchors = load_benchmark("anchors")
+    anchors = load_benchmark("anchors_rows")
     path = tmp_path / "anchors.json"
     old = [_row("bert", "onnxruntime", 9.0), _row("bert", "codl[cpu_prepack=off]", 9.0),
            _row("bert", "onnxruntime", 5.0, machine="m2"),
