@@ -1,5 +1,5 @@
-"""benchmarks/anchors_rows.py: the anchors' result merge: a fresh measurement of a model on a processor of a
-machine replaces all of that group's old rows, and nothing else."""
+"""The anchors' result merge (benchmarks/anchors_rows.py): a fresh measurement of a model on a
+processor of a machine replaces all of that group's old rows, and nothing else."""
 
 from __future__ import annotations
 
