@@ -288,7 +288,8 @@ def test_a_cold_visit_times_single_calls_of_the_real_function():
         def f(x: R.Tensor((1, 256), "float32"), w: R.Tensor((256, 1024), "float32")):
             return R.matmul(x, w)
 
-    vm = relax.VirtualMachine(tvm.compile(Dense, target={"kind": "llvm"}), tvm.cpu())
+    vm = relax.VirtualMachine(tvm.compile(Dense, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
     rng = np.random.default_rng(0)
     x, w = (rng.standard_normal(s).astype("float32") for s in ((1, 256), (256, 1024)))
     args = [tvm.runtime.tensor(x), tvm.runtime.tensor(w)]
