@@ -4,7 +4,8 @@
     python benchmarks/cold_weights.py build -o .devcarry/cold [--mcpu sapphirerapids --num-cores 16]
     # where it runs (runtime-only TVM and numpy)
     python benchmarks/cold_weights.py run .devcarry/cold --json OUT.json --machine NAME
-    python benchmarks/cold_weights.py report benchmarks/results/cold-weights.json [MORE.json]
+    python benchmarks/cold_weights.py report benchmarks/results/cold-weights.json [MORE.json] \
+        [--predictor P.json --pair PAIR]       # and the planner's CPU-only estimate from P
 
 Per model: the whole model's median latency (``time_evaluator``), then every kernel call of
 one inference captured with its arguments (the VM's instrument) and called alone, with its
@@ -135,15 +136,29 @@ def merge(path: Path, rows: list[dict[str, Any]]) -> None:
     write_json(path, {"rows": [r for r in old if (r["model"], r["machine"]) not in keys] + rows})
 
 
+def predicted_ms(model: str, predictor: str, pair: str) -> float:
+    """The planner's CPU-only estimate of ``model`` from ``predictor`` on ``pair``."""
+    from codl_tvm import DevicePair, zoo
+    from codl_tvm.planner.api import make_plan, resolve_costs
+    from codl_tvm.planner.opgraph import build_graph
+
+    costs = resolve_costs(predictor, DevicePair.parse(pair))
+    return make_plan(build_graph(zoo.load(model)), "cpu-only", costs).predicted_us / 1e3
+
+
 def report(args: argparse.Namespace) -> int:
     rows = [r for f in args.files for r in json.loads(Path(f).read_text())["rows"]]
     if args.output:
         merge(Path(args.output), rows)
-    print("| machine | model | kernels | whole ms | warm sum / whole | cold sum / whole |")
-    print("|---|---|---:|---:|---:|---:|")
+    extra = f" predicted ({Path(args.predictor).name}) / whole |" if args.predictor else ""
+    print(f"| machine | model | kernels | whole ms | warm sum / whole | cold sum / whole |{extra}")
+    print("|---|---|---:|---:|---:|---:|" + ("---:|" if extra else ""))
     for r in sorted(rows, key=lambda r: (r["machine"], r["model"])):
+        pred = (f" {predicted_ms(r['model'], args.predictor, args.pair) / r['whole_ms']:.2f} |"
+                if extra else "")
         print(f"| {r['machine']} | {r['model']} | {r['kernels']} | {r['whole_ms']:.2f} | "
-              f"{r['warm_sum_ms'] / r['whole_ms']:.2f} | {r['cold_sum_ms'] / r['whole_ms']:.2f} |")
+              f"{r['warm_sum_ms'] / r['whole_ms']:.2f} | "
+              f"{r['cold_sum_ms'] / r['whole_ms']:.2f} |{pred}")
     return 0
 
 
@@ -162,6 +177,8 @@ def main() -> int:
     t = sub.add_parser("report", help="the table of result files")
     t.add_argument("files", nargs="+")
     t.add_argument("-o", "--output", help="merge the rows into this file")
+    t.add_argument("--predictor", help="also the planner's CPU-only estimate from this predictor")
+    t.add_argument("--pair", default="x86-cuda", help="the pair the predictor plans for")
     args = p.parse_args()
     if args.cmd == "build":
         return build(args)

@@ -19,8 +19,8 @@ A CPU sample of an op with weights (:data:`WEIGHTED_OPS`) is timed one call per 
 every argument but the first (its activation) evicted from the caches before each call (TVM's
 ``cache_flush_cpu_non_first_arg``, as MetaSchedule's runner does): in a whole model each op
 reads its weights from memory, because the ops between two calls of it stream other data
-through the caches. Timed warm, a CPU-only model's kernels add up to 0.72-0.98 of the model;
-with their weights evicted, 0.87-1.03 (PREDICTOR.md, "Weights come from memory").
+through the caches. Timed warm, a CPU-only model's kernels add up to 0.67-0.98 of the model;
+with their weights evicted, 0.87-1.03 on 20 of 21 (PREDICTOR.md, "Weights come from memory").
 """
 
 from __future__ import annotations
