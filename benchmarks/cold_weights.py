@@ -37,11 +37,10 @@ CALLS, WARMUP = 20, 3
 def build(args: argparse.Namespace) -> int:
     import codl_tvm
     from codl_tvm import zoo
-    from codl_tvm.device import DevicePair, _host_cpu_target
+    from codl_tvm.device import DevicePair
 
-    spec = dict(_host_cpu_target(args.num_cores))
-    if args.mcpu:
-        spec["mcpu"] = args.mcpu
+    host = DevicePair.preset("cpu-pair", num_cores=args.num_cores)  # this host's CPU target
+    spec = {**host.cpu_spec, **({"mcpu": args.mcpu} if args.mcpu else {})}
     pair = DevicePair("cpu-pair", spec, dict(spec), cpu_index=0, gpu_index=1)
     out = Path(args.out)
     for name in args.models.split(","):

@@ -30,7 +30,7 @@ def _fast_gelu(x: te.Tensor) -> te.Tensor:
 
 
 # relax op -> how its CPU call is computed: one table, the ops this legalization owns
-FAST_CPU_MATH: dict[str, Callable[[relax.BlockBuilder, relax.Call], relax.Expr]] = {
+FAST_CPU_MATH: dict[str, Legalize] = {
     "relax.exp": lambda bb, call: bb.call_te(topi.fast_exp, call.args[0]),
     "relax.erf": lambda bb, call: bb.call_te(topi.fast_erf, call.args[0]),
     "relax.tanh": lambda bb, call: bb.call_te(topi.fast_tanh, call.args[0]),
