@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from coexec_summary import (  # noqa: E402 - the sibling module, after the path
     GPU_COPIES,
     KERNEL_SLICES,
+    PYTHON_STREAMS,
     SERIAL,
     base_variant,
     print_table,
@@ -58,6 +59,9 @@ KERNEL_SLICE_RATIOS = {"H": (0.7, 0.8, 0.9, 0.95), "OC": ()}
 # shares whose two parts are also built alone, to measure what a split adds to its parts
 PART_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
 PARTS = ("gpu-part:", "cpu-part:")  # variant prefixes
+# splits also run with the Python stream functions (the same artifact, loaded again after
+# ``streams.use("python")``): the before/after of the native ones
+PYTHON_STREAMS_RATIOS = {"H": (0.8, 0.9, 0.95), "OC": (0.75, 0.8125, 0.875)}
 # the machine of shared/gpu/README.md
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}
@@ -268,6 +272,27 @@ def block_copy_floor(sizes_mb: tuple[int, ...] = (1, 2, 8), repeat: int = 20) ->
     return rows
 
 
+def python_streams_twins(root: Path, runs: list[dict]) -> dict:
+    """The splits of ``PYTHON_STREAMS_RATIOS`` loaded again with the Python stream functions
+    (the VM looks its functions up when it is made), then the default restored."""
+    from codl_tvm import runtime, streams
+
+    chosen = [r for r in runs if "@" in r["variant"] and r["variant"] == base_variant(
+        r["variant"]) and ":" not in r["variant"] and float(r["variant"].partition("@")[2])
+        in PYTHON_STREAMS_RATIOS[r["variant"].partition("@")[0]]]
+    if not chosen or streams.implementation()[0] == "python":
+        return {}
+    with streams.using("python"):
+        return {r["variant"] + PYTHON_STREAMS: runtime.load(root / r["path"]) for r in chosen}
+
+
+def streams_in_use() -> dict:
+    from codl_tvm import streams
+
+    name, reason = streams.implementation()
+    return {"implementation": name, "reason": reason}
+
+
 def run(args: argparse.Namespace) -> None:
     from codl_tvm import runtime
 
@@ -286,11 +311,14 @@ def run(args: argparse.Namespace) -> None:
         sum(pool.map(_warm, chunks))
     print(f"warmed {len(paths)} artifacts in {time.time() - t0:.0f} s", flush=True)
     rows, checks = [], []
+    streams = streams_in_use()["implementation"]
+    print(f"stream functions: {streams_in_use()}", flush=True)
     by_shape: dict[str, list[dict]] = {}
     for r in index["runs"]:
         by_shape.setdefault(r["name"], []).append(r)
     for name, runs in by_shape.items():
         runners = {r["variant"]: runtime.load(root / r["path"]) for r in runs}
+        runners.update(python_streams_twins(root, runs))
         inputs = {v: rn.random_inputs(seed=1) for v, rn in runners.items()}  # parts: own
         if runs[0]["checked"]:
             (ref,) = runners["gpu-only"].run(inputs["gpu-only"])
@@ -313,6 +341,7 @@ def run(args: argparse.Namespace) -> None:
                          "overlap": not variant.endswith(SERIAL),
                          "block_copies": not variant.endswith(KERNEL_SLICES),
                          "block_in_kernels": not variant.endswith((KERNEL_SLICES, GPU_COPIES)),
+                         "streams": "python" if variant.endswith(PYTHON_STREAMS) else streams,
                          "latency_ms": 1e3 * float(np.median(ts)),
                          "spread_ms": 1e3 * float(np.max(ts) - np.min(ts))})
         summary = summarize([r for r in rows if r["shape"] == name])
@@ -322,7 +351,8 @@ def run(args: argparse.Namespace) -> None:
     floor = copy_floor()
     blocks = block_copy_floor()
     sms = int(args.sms) if args.sms.isdigit() else args.sms
-    result = {"pair": index["pair"], "sms": sms, "variants": rows, "checks": checks,
+    result = {"pair": index["pair"], "sms": sms, "streams": streams_in_use(),
+              "variants": rows, "checks": checks,
               "copy_floor": floor, "block_copy_floor": blocks, "command": " ".join(sys.argv)}
     result["rows"] = summaries(rows, {r["name"]: r["shape"] for r in index["runs"]}, floor)
     Path(args.json).write_text(json.dumps(result, indent=1))

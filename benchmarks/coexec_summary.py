@@ -9,7 +9,9 @@ SERIAL = "/one-stream"  # variant suffix: built with one stream (overlap=False)
 KERNEL_SLICES = "/kernel-slices"  # variant suffix: built with slice and concat kernels
 # variant suffix: block copies, the GPU's rows copied within the GPU (block_in_kernels=False)
 GPU_COPIES = "/gpu-copies"
-TWINS = (SERIAL, KERNEL_SLICES, GPU_COPIES)
+# variant suffix: the same artifact run with the Python stream functions (CODL_TVM_STREAMS)
+PYTHON_STREAMS = "/python-streams"
+TWINS = (SERIAL, KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS)
 
 
 def base_variant(name: str) -> str:
@@ -35,9 +37,10 @@ def summarize(rows: list[dict]) -> dict:
     splits = {k: v for k, v in by.items() if "@" in k and base_variant(k) == k and ":" not in k}
     serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
               for k, v in by.items() if k.endswith(SERIAL)}
-    kernel_slices, gpu_copies = ({k.removesuffix(twin): by[k.removesuffix(twin)] / v
-                                  for k, v in by.items() if k.endswith(twin)}
-                                 for twin in (KERNEL_SLICES, GPU_COPIES))
+    kernel_slices, gpu_copies, python_streams = (
+        {k.removesuffix(twin): by[k.removesuffix(twin)] / v
+         for k, v in by.items() if k.endswith(twin)}
+        for twin in (KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS))
     best = min(splits, key=splits.get)
     single = min(by["cpu-only"], by["gpu-only"])
     return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
@@ -47,11 +50,19 @@ def summarize(rows: list[dict]) -> dict:
             "overlap_over_one_stream": serial,
             "blocks_over_kernel_slices": kernel_slices,
             "blocks_over_gpu_copies": gpu_copies,
+            "native_over_python_streams": python_streams,
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
-            "measured_overhead_us": {
-                k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]))
-                for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}}
+            "measured_overhead_us": _over_parts(by, splits),
+            # the same splits run with the Python stream functions (where twinned)
+            "measured_overhead_python_streams_us": _over_parts(by, {
+                k: by[k + PYTHON_STREAMS] for k in splits if k + PYTHON_STREAMS in by})}
+
+
+def _over_parts(by: dict[str, float], splits: dict[str, float]) -> dict[str, float]:
+    """What each split with measured parts adds to the slower of its parts (us)."""
+    return {k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]))
+            for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}
 
 
 def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
@@ -85,6 +96,14 @@ def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
             **shares}
 
 
+TWIN_TABLES = {  # summary key -> what its ratios are, each a split over its twin
+    "blocks_over_kernel_slices": "block copies / kernel slices, same split, same run",
+    "blocks_over_gpu_copies":
+        "block copies, GPU part on the whole tensors / with copies within the GPU",
+    "native_over_python_streams": "native / Python stream functions, same artifact, same run",
+}
+
+
 def print_table(result: dict) -> None:
     print(f"\nSMs: {result['sms']}")
     print("shape                         cpu-only ms  gpu-only ms  ideal ms  best split "
@@ -98,18 +117,18 @@ def print_table(result: dict) -> None:
               f"{'*' if s['overhead_from'] == 'estimate' else ' '}"
               f" {st.get('H@0.9', float('nan')):.3f}, {st.get('OC@0.875', float('nan')):.3f}")
     print("(* estimated from the single-processor times; the rest measured against the parts)")
-    print("\nmeasured overhead of each split over the slower of its parts (us):")
+    print("\nmeasured overhead of each split over the slower of its parts (us; in brackets "
+          "with the Python stream functions):")
     for s in result["rows"]:
-        cells = "  ".join(f"{k} {v:6.0f}" for k, v in s["measured_overhead_us"].items())
+        python = s.get("measured_overhead_python_streams_us", {})
+        cells = "  ".join(f"{k} {v:6.0f}" + (f" [{python[k]:4.0f}]" if k in python else "")
+                          for k, v in s["measured_overhead_us"].items())
         print(f"{s['shape']:28s} {cells}")
-    print("\nblock copies / kernel slices, same split, same run:")
-    for s in result["rows"]:
-        cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get("blocks_over_kernel_slices", {}).items())
-        print(f"{s['shape']:28s} {cells}")
-    print("\nblock copies, GPU part on the whole tensors / with copies within the GPU:")
-    for s in result["rows"]:
-        cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get("blocks_over_gpu_copies", {}).items())
-        print(f"{s['shape']:28s} {cells}")
+    for key, title in TWIN_TABLES.items():
+        print(f"\n{title}:")
+        for s in result["rows"]:
+            cells = "  ".join(f"{k} {v:.3f}" for k, v in s.get(key, {}).items())
+            print(f"{s['shape']:28s} {cells}")
     print("\nblock copies (codl.copy_block of a row block, median us):")
     for f in result.get("block_copy_floor", []):
         print(f"  {f['mb']:2d} MB {f['direction']:20s}: {f['us']:8.1f} us "

@@ -20,21 +20,29 @@ with one tensor of the GPU (its device names the streams):
                    whole run
 =================  ==============================================================
 
-Each is a Python function registered with TVM's FFI; a call from the VM costs about 0.2 us
-(measured) plus the CUDA call. On a CPU device they do nothing, which is what the CPU pair's
-tests run. Importing this module registers them; :mod:`codl_tvm.runtime` does.
+On a CPU device they do nothing, which is what the CPU pair's tests run. Importing this module
+registers them; :mod:`codl_tvm.runtime` does.
 
 ``COPY_BLOCK`` (:func:`copy_block`) is the copy :class:`~codl_tvm.passes.LowerSlicesToBlockCopies`
 puts where a split sliced or concatenated with kernels: one 2-D copy (``cudaMemcpy2DAsync``,
 run by the GPU's copy engines, not its SMs) of a block of rows or channels between two
 tensors, from the full tensor or into it. A copy that crosses the bus goes on the copy stream;
 one within the GPU on the stream the kernels are on, so it stays in order with them.
+
+Two implementations register under these names: the Python functions below, and native ones
+(:mod:`codl_tvm.native`, ``streams.cc``: the same rules in C++, built with the machine's C++
+compiler on first use), where a call is the CUDA calls alone. ``$CODL_TVM_STREAMS`` chooses:
+``native`` (and fail if it cannot be built), ``python``, or ``auto`` (the default: native where
+it builds, else Python; :func:`implementation` says which and why). The VM looks the functions
+up when it is created, so :func:`use` affects the VMs made after it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -98,8 +106,8 @@ def _end(t: Any) -> None:
     _on_kernel_stream.discard(_key(dev))
 
 
-def copy_block(src: Any, dst: Any, src_offset: int, src_pitch: int, dst_offset: int,
-               dst_pitch: int, width: int, height: int) -> None:
+def _copy_block(src: Any, dst: Any, src_offset: int, src_pitch: int, dst_offset: int,
+                dst_pitch: int, width: int, height: int) -> None:
     """Copy ``height`` rows of ``width`` bytes, each ``src_pitch`` apart from byte
     ``src_offset`` of ``src``, to rows ``dst_pitch`` apart from ``dst_offset`` of ``dst``.
 
@@ -158,6 +166,73 @@ def _cudart() -> ctypes.CDLL:
 
 
 FUNCTIONS = {BEGIN: _begin, COPIES_WAIT: _copies_wait, KERNELS_WAIT: _kernels_wait,
-             HOST_WAITS: _host_waits, END: _end, COPY_BLOCK: copy_block}
-for _name, _func in FUNCTIONS.items():
-    tvm.register_global_func(_name, _func, override=True)
+             HOST_WAITS: _host_waits, END: _end, COPY_BLOCK: _copy_block}
+IMPLEMENTATIONS = ("auto", "native", "python")
+ENV = "CODL_TVM_STREAMS"
+NATIVE_PREFIX = "codl.native."  # where codl_tvm.native registers its functions
+_state: dict[str, Any] = {}
+
+
+def use(implementation: str | None = None) -> str:
+    """Register one implementation of the functions under their names; returns which.
+
+    Parameters
+    ----------
+    implementation : {"auto", "native", "python"}, optional
+        ``$CODL_TVM_STREAMS``, else ``auto``: native where :mod:`codl_tvm.native` builds,
+        else Python (the reason is kept: :func:`implementation`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    RuntimeError
+        ``native`` was asked for and cannot be built or loaded.
+    """
+    wanted = implementation or os.environ.get(ENV) or "auto"
+    if wanted not in IMPLEMENTATIONS:
+        raise ValueError(f"{ENV}={wanted!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
+    functions: dict[str, Callable[..., Any]] = dict(FUNCTIONS)
+    chosen, reason = "python", "asked for" if wanted == "python" else ""
+    if wanted != "python":
+        try:
+            from . import native
+
+            native.register_streams(NATIVE_PREFIX)
+            functions = {name: tvm.get_global_func(NATIVE_PREFIX + name.rsplit(".", 1)[-1])
+                         for name in FUNCTIONS}
+            chosen, reason = "native", "asked for" if wanted == "native" else "built"
+        except (OSError, RuntimeError) as err:
+            if wanted == "native":
+                raise RuntimeError(f"{ENV}=native: {err}") from err
+            reason = f"native functions unavailable: {err}"
+    for name, func in functions.items():
+        tvm.register_global_func(name, func, override=True)
+    _state.update(implementation=chosen, reason=reason, copy_block=functions[COPY_BLOCK])
+    return chosen
+
+
+@contextmanager
+def using(implementation: str) -> Iterator[str]:
+    """:func:`use` ``implementation`` inside the block (the VMs made there call it), then the
+    default again."""
+    try:
+        yield use(implementation)
+    finally:
+        use()
+
+
+def implementation() -> tuple[str, str]:
+    """The implementation in use (``native`` or ``python``) and why."""
+    return _state["implementation"], _state["reason"]
+
+
+def copy_block(src: Any, dst: Any, src_offset: int, src_pitch: int, dst_offset: int,
+               dst_pitch: int, width: int, height: int) -> None:
+    """Copy ``height`` rows of ``width`` bytes, each ``src_pitch`` apart from byte
+    ``src_offset`` of ``src``, to rows ``dst_pitch`` apart from ``dst_offset`` of ``dst``,
+    with the implementation in use (:func:`use`): what a split's VM code calls."""
+    _state["copy_block"](src, dst, src_offset, src_pitch, dst_offset, dst_pitch, width, height)
+
+
+use()

@@ -21,7 +21,7 @@ from test_stage_cross_device_copies import conv_model, extern_calls, rel_err
 from tvm import relax
 
 import codl_tvm
-from codl_tvm import Plan, streams, zoo
+from codl_tvm import Plan, native, streams, zoo
 from codl_tvm.passes.block_params import BLOCK_PARAMS_ATTR, on_whole_tensors
 from codl_tvm.passes.lower_slices_to_block_copies import block_copy_args, row_block
 from codl_tvm.passes.stage_cross_device_copies import COPY
@@ -36,9 +36,17 @@ def kernels(exe) -> list[str]:
     return names
 
 
+@pytest.mark.parametrize("implementation", [
+    "python", pytest.param("native", marks=pytest.mark.skipif(
+        native.compiler() is None, reason="no C++ compiler"))])
 @settings(max_examples=40, deadline=None)
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
-def test_a_block_copy_moves_what_numpy_slicing_moves(shape, data):
+def test_a_block_copy_moves_what_numpy_slicing_moves(implementation, shape, data):
+    with streams.using(implementation):
+        _copy_a_block(shape, data)
+
+
+def _copy_a_block(shape: list[int], data) -> None:
     axis = data.draw(st.integers(0, len(shape) - 1))
     first = data.draw(st.integers(0, shape[axis] - 1))
     length = data.draw(st.integers(1, shape[axis] - first))
