@@ -24,15 +24,16 @@ def base_variant(name: str) -> str:
 def summaries(rows: list[dict], shapes: dict[str, dict], floor: list[dict]) -> list[dict]:
     out = []
     for name in dict.fromkeys(r["shape"] for r in rows):
-        s = summarize([r for r in rows if r["shape"] == name])
+        s = summarize([r for r in rows if r["shape"] == name], shapes[name], floor)
         s.update(split_overhead(s, shapes[name], floor))
         out.append(s)
     return out
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict], shape: dict | None = None, floor: list[dict] = ()) -> dict:
     """Best single processor and best (overlapped) split of one shape; overlapped / one-stream
-    latency ratios."""
+    latency ratios; with ``shape`` and the copy ``floor``, what each split with measured parts
+    adds to them."""
     by = {r["variant"]: r["latency_ms"] for r in rows}
     splits = {k: v for k, v in by.items() if "@" in k and base_variant(k) == k and ":" not in k}
     serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
@@ -53,32 +54,30 @@ def summarize(rows: list[dict]) -> dict:
             "native_over_python_streams": python_streams,
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
-            "measured_overhead_us": _over_parts(by, splits),
+            "measured_overhead_us": _over_parts(by, splits, shape, floor),
             # the same splits run with the Python stream functions (where twinned)
             "measured_overhead_python_streams_us": _over_parts(by, {
-                k: by[k + PYTHON_STREAMS] for k in splits if k + PYTHON_STREAMS in by})}
+                k: by[k + PYTHON_STREAMS] for k in splits if k + PYTHON_STREAMS in by},
+                shape, floor)}
 
 
-def _over_parts(by: dict[str, float], splits: dict[str, float]) -> dict[str, float]:
-    """What each split with measured parts adds to the slower of its parts (us)."""
-    return {k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]))
+def _over_parts(by: dict[str, float], splits: dict[str, float], shape: dict | None,
+                floor: list[dict]) -> dict[str, float]:
+    """What each split with measured parts adds to max(GPU part, CPU part + its copies at
+    the pinned bandwidth of ``floor``) (us). The CPU part's artifact keeps its input and
+    output on the CPU, so its copies are added here, as the issue's bound has them."""
+    if shape is None:
+        return {}
+    return {k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]
+                              + cpu_copies_ms(shape, k, floor)))
             for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}
 
 
-def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
-    """What the best split costs beyond its parts: split_ms - max(GPU part, CPU part + its
-    copies). Measured where the split's parts were built alone (the CPU part's artifact moves
-    its input and output through pinned memory, as the split does); else estimated, the
-    parts scaled from the single-processor times by share and the copies at the pinned
-    bandwidth of ``floor``."""
-    gain = min(s["cpu_ms"], s["gpu_ms"]) - s["ideal_ms"]
-    shares = {"ideal_gain_share": gain / min(s["cpu_ms"], s["gpu_ms"]),
-              "gain_reached": ((min(s["cpu_ms"], s["gpu_ms"]) - s["split_ms"]) / gain
-                               if gain > 0 else None)}
-    if s["best_split"] in s["measured_overhead_us"]:
-        return {"overhead_us": s["measured_overhead_us"][s["best_split"]],
-                "overhead_from": "parts", **shares}
-    dim, _, ratio = s["best_split"].partition("@")
+def cpu_copies_ms(shape: dict, split: str, floor: list[dict]) -> float:
+    """The CPU part's copies of ``split`` (``H@0.9``) at the pinned 8 MB bandwidth of
+    ``floor``: its input rows and halo (rows) or the whole input (channels) to the host, its
+    output block back; free where ``floor`` has no pinned rows (no CUDA)."""
+    dim, _, ratio = split.partition("@")
     r = float(ratio)
     oh, ow = shape["h"] // shape["sh"], shape["w"] // shape["sw"]
     if dim == "H":
@@ -89,9 +88,24 @@ def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
         bytes_in = 4 * shape["h"] * shape["w"] * shape["ic"]
         bytes_out = 4 * (1 - r) * shape["oc"] * oh * ow
     gbps = {f["direction"]: f["gb_per_s"] for f in floor if f["memory"] == "pinned"
-            and f["mb"] == 8} or {"d2h": float("inf"), "h2d": float("inf")}  # no CUDA here
-    copy_ms = (bytes_in / gbps["d2h"] + bytes_out / gbps["h2d"]) / 1e6
-    parts_ms = max(s["gpu_ms"] * r, s["cpu_ms"] * (1 - r) + copy_ms)
+            and f["mb"] == 8} or {"d2h": float("inf"), "h2d": float("inf")}
+    return (bytes_in / gbps["d2h"] + bytes_out / gbps["h2d"]) / 1e6
+
+
+def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
+    """What the best split costs beyond its parts: split_ms - max(GPU part, CPU part + its
+    copies at the pinned bandwidth of ``floor``). The parts are measured where they were built
+    alone, else scaled from the single-processor times by share."""
+    gain = min(s["cpu_ms"], s["gpu_ms"]) - s["ideal_ms"]
+    shares = {"ideal_gain_share": gain / min(s["cpu_ms"], s["gpu_ms"]),
+              "gain_reached": ((min(s["cpu_ms"], s["gpu_ms"]) - s["split_ms"]) / gain
+                               if gain > 0 else None)}
+    if s["best_split"] in s["measured_overhead_us"]:
+        return {"overhead_us": s["measured_overhead_us"][s["best_split"]],
+                "overhead_from": "parts", **shares}
+    r = float(s["best_split"].partition("@")[2])
+    parts_ms = max(s["gpu_ms"] * r, s["cpu_ms"] * (1 - r)
+                   + cpu_copies_ms(shape, s["best_split"], floor))
     return {"overhead_us": 1e3 * (s["split_ms"] - parts_ms), "overhead_from": "estimate",
             **shares}
 
