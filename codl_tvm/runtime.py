@@ -28,7 +28,7 @@ import numpy as np
 import tvm
 import tvm.runtime.vm
 
-from . import streams  # noqa: F401 - registers the stream functions split artifacts call
+from . import streams  # registers the stream functions split artifacts call
 from .opencl_runtime import enable_opencl
 from .opencl_runtime import plugin_path as opencl_plugin_path
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
@@ -281,12 +281,24 @@ def guard_line(choice: dict[str, Any]) -> str:
     return f"guard: runs {choice['chosen']} ({ms[choice['chosen']]:.3f} ms; {others})"
 
 
+def streams_line(manifest: dict[str, Any]) -> str | None:
+    """Which stream functions a split artifact that calls them runs, and why: ``stream
+    functions: native (built)``; None for an artifact that calls none."""
+    if not (manifest.get("overlap") or manifest.get("block_copies")):
+        return None
+    name, reason = streams.implementation()
+    return f"stream functions: {name} ({reason})"
+
+
 def run_and_report(runner: Runner, inputs: str | None, output: str | None, time: bool,
                    repeat: int, where: str = "") -> None:
-    """What ``run`` prints: inputs from an .npz (random when None), output shapes, the outputs
-    saved to ``output`` (.npz, model order), and the median latency when ``time``."""
+    """What ``run`` prints: the guard's choice and the stream functions (where they apply),
+    inputs from an .npz (random when None), output shapes, the outputs saved to ``output``
+    (.npz, model order), and the median latency when ``time``."""
     if runner.choice is not None:
         print(guard_line(runner.choice))
+    if line := streams_line(runner.manifest):
+        print(line)
     if inputs:
         with np.load(inputs, allow_pickle=False) as npz:
             values = {k: npz[k] for k in npz.files}

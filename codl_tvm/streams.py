@@ -201,7 +201,8 @@ def use(implementation: str | None = None) -> str:
             native.register_streams(NATIVE_PREFIX)
             functions = {name: tvm.get_global_func(NATIVE_PREFIX + name.rsplit(".", 1)[-1])
                          for name in FUNCTIONS}
-            chosen, reason = "native", "asked for" if wanted == "native" else "built"
+            chosen = "native"
+            reason = "asked for" if wanted == "native" else "built for this machine"
         except (OSError, RuntimeError) as err:
             if wanted == "native":
                 raise RuntimeError(f"{ENV}=native: {err}") from err

@@ -99,3 +99,17 @@ def test_the_library_is_built_once_into_its_cache(monkeypatch, tmp_path):
     stamp = path.stat().st_mtime_ns
     assert native.build() == path and path.stat().st_mtime_ns == stamp
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+
+def test_run_says_which_stream_functions_a_split_artifact_runs(tmp_path, capsys,
+                                                               restore_streams):
+    mod = conv_model(4, 8, 9, 3, 1, 1)
+    split = codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", 0.5), block_copies=True)
+    whole = codl_tvm.compile(mod, PAIR)
+    split.export(tmp_path / "split")
+    whole.export(tmp_path / "whole")
+    streams.use("python")
+    runtime.run_and_report(runtime.load(tmp_path / "split"), None, None, False, 1)
+    assert "stream functions: python (asked for)" in capsys.readouterr().out.splitlines()
+    runtime.run_and_report(runtime.load(tmp_path / "whole"), None, None, False, 1)
+    assert "stream functions" not in capsys.readouterr().out
