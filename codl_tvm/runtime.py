@@ -92,6 +92,7 @@ class Runner:
     """
 
     def __init__(self, module: Any, manifest: dict[str, Any], params: dict[str, np.ndarray]):
+        streams.check()  # a bad $CODL_TVM_STREAMS: one line before anything runs
         self.manifest = manifest
         # where :func:`load` chose this runner among an artifact's alternatives: what it
         # measured ({"chosen": name, "latency_ms": {name: ms}})

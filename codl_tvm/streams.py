@@ -209,8 +209,18 @@ def use(implementation: str | None = None) -> str:
             reason = f"native functions unavailable: {err}"
     for name, func in functions.items():
         tvm.register_global_func(name, func, override=True)
-    _state.update(implementation=chosen, reason=reason, copy_block=functions[COPY_BLOCK])
+    _state.update(implementation=chosen, reason=reason, copy_block=functions[COPY_BLOCK],
+                  error=None)
     return chosen
+
+
+def check() -> None:
+    """Raise the problem that ``$CODL_TVM_STREAMS`` had when this module was imported (an
+    unknown name, or ``native`` that could not be built): the Python functions run meanwhile,
+    and loading a model (:class:`codl_tvm.runtime.Runner`) calls this, so a command says it in
+    one line instead of an import failing."""
+    if _state.get("error"):
+        raise ValueError(_state["error"])
 
 
 @contextmanager
@@ -236,4 +246,8 @@ def copy_block(src: Any, dst: Any, src_offset: int, src_pitch: int, dst_offset: 
     _state["copy_block"](src, dst, src_offset, src_pitch, dst_offset, dst_pitch, width, height)
 
 
-use()
+try:
+    use()
+except (ValueError, RuntimeError) as _err:  # said where a model is loaded: check()
+    use("python")
+    _state.update(reason=str(_err), error=str(_err))

@@ -4,6 +4,10 @@ them (the copy's geometry: test_lower_slices_to_block_copies, for both)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -113,3 +117,21 @@ def test_run_says_which_stream_functions_a_split_artifact_runs(tmp_path, capsys,
     assert "stream functions: python (asked for)" in capsys.readouterr().out.splitlines()
     runtime.run_and_report(runtime.load(tmp_path / "whole"), None, None, False, 1)
     assert "stream functions" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("bogus", "CODL_TVM_STREAMS='bogus': expected one of auto, native, python"),
+    ("native", "CODL_TVM_STREAMS=native: no C++ compiler to build streams.cc")])
+def test_a_bad_setting_is_one_line_and_exit_1_where_a_model_loads(tmp_path, value, message):
+    mod = conv_model(4, 8, 9, 3, 1, 1)
+    codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", 0.5)).export(tmp_path / "art")
+    env = {**os.environ, "CODL_TVM_STREAMS": value, "CXX": str(tmp_path / "no-compiler"),
+           native.CACHE_ENV: str(tmp_path / "cache")}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "codl_tvm.runtime", str(tmp_path / "art")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"python -m codl_tvm.runtime: error: {message}" + (
+            " (set CXX, or install g++)" if value == "native" else "")]
+    assert sorted(p.name for p in tmp_path.iterdir()) in (before, sorted([*before, "cache"]))
