@@ -208,13 +208,18 @@ def python_streams_twins(root: Path, runs: list[dict]) -> dict:
     (the VM looks its functions up when it is made), then the default restored."""
     from codl_tvm import runtime, streams
 
-    chosen = [r for r in runs if "@" in r["variant"] and r["variant"] == base_variant(
-        r["variant"]) and ":" not in r["variant"] and float(r["variant"].partition("@")[2])
-        in PYTHON_STREAMS_RATIOS[r["variant"].partition("@")[0]]]
+    chosen = [r for r in runs if _twinned(r["variant"])]
     if not chosen or streams.implementation()[0] == "python":
         return {}
     with streams.using("python"):
         return {r["variant"] + PYTHON_STREAMS: runtime.load(root / r["path"]) for r in chosen}
+
+
+def _twinned(variant: str) -> bool:
+    """A split (not a part, not a twin) at a share of ``PYTHON_STREAMS_RATIOS``."""
+    dim, _, ratio = variant.partition("@")
+    return (bool(ratio) and ":" not in variant and variant == base_variant(variant)
+            and float(ratio) in PYTHON_STREAMS_RATIOS[dim])
 
 
 def streams_in_use() -> dict:
