@@ -17,11 +17,8 @@ from codl_tvm.schedules.analysis import analyze
 from codl_tvm.schedules.target_info import target_info
 
 TOL = 1e-5
-# The dev/CI CPU has AVX-512 (znver4); the plain target exercises the SSE widths.
-TARGETS = [
-    {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
-    {"kind": "llvm", "num-cores": 2},
-]
+# AVX-512 lanes (where this host lacks them, its widest: T.runnable_here) and the SSE widths
+TARGETS = [T.AVX512_TARGET, T.CPU_TARGET]
 SETTINGS = settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -18,8 +18,8 @@ from codl_tvm.schedules.analysis import analyze
 from codl_tvm.schedules.target_info import target_info
 
 TOL = 1e-5
-AVX512 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
-TARGETS = [AVX512, {"kind": "llvm", "num-cores": 2}]  # AVX-512 lanes and the SSE default
+AVX512 = T.AVX512_TARGET  # kernels built for it run as T.runnable_here has them
+TARGETS = [AVX512, T.CPU_TARGET]  # AVX-512 lanes (or this host's widest) and the SSE default
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RULES = {"gemm": dispatch.cpu_gemm1x1, "winograd": dispatch.cpu_winograd_f23}
 ALGORITHM = {"gemm": "gemm-1x1", "winograd": "winograd-2x2-3x3"}
@@ -33,6 +33,7 @@ def _apply(func, kind: str, target: dict):
 
 
 def _err(func, kind: str, target: dict) -> float:
+    target = T.runnable_here(target)  # the kernel runs here
     new, _ = _apply(func, kind, target)
     args = T.random_args(func)
     want = T.run(T.build(func, {"kind": "llvm"}), func, args)

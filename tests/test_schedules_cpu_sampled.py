@@ -20,8 +20,8 @@ from codl_tvm.schedules.cpu_conv import conv_tiles
 from codl_tvm.schedules.target_info import target_info
 
 TOL = 1e-5
-AVX512 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
-TARGETS = [AVX512, {"kind": "llvm", "num-cores": 2}]  # AVX-512 lanes and the SSE default
+AVX512 = T.AVX512_TARGET  # kernels built for it run as T.runnable_here has them
+TARGETS = [AVX512, T.CPU_TARGET]  # AVX-512 lanes (or this host's widest) and the SSE default
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -12,6 +12,21 @@ from tvm.relax import op as rop
 from .apply import ApplySchedules
 
 CPU_TARGET = {"kind": "llvm", "num-cores": 2}
+# AVX-512 lanes, for checks of what the schedules build for wide vectors; a kernel built for it
+# runs only where the host has AVX-512 (:func:`runnable_here`)
+AVX512_TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+
+
+def runnable_here(target: dict) -> dict:
+    """``target``, or, where it may use instructions this host's CPU lacks (an AVX-512 target
+    on an AVX2 host dies of SIGILL), the same target for this host's CPU (LLVM's name for it):
+    a check that runs a kernel runs the widest one this machine can."""
+    from tvm.target import codegen
+
+    host = {**target, "mcpu": codegen.llvm_get_system_cpu()}
+    want = codegen.llvm_get_cpu_features(tvm.target.Target(target))
+    have = codegen.llvm_get_cpu_features(tvm.target.Target(host))
+    return target if set(want) <= set(have) else host
 
 
 def _legalized(params: list[tuple[str, tuple[int, ...]]], body: Callable, fuse: bool):
@@ -134,8 +149,9 @@ REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}
 
 
 def check_cpu(func: tirx.PrimFunc, target: dict | None = None, seed: int = 0) -> float:
-    """Relative error of the scheduled ``func`` against the unscheduled one on llvm."""
-    target = target or CPU_TARGET
+    """Relative error of the scheduled ``func`` against the unscheduled one on llvm, both run
+    here (``target`` made :func:`runnable_here`)."""
+    target = runnable_here(target or CPU_TARGET)
     new = schedule(func, target)
     args = random_args(func, seed)
     want = run(build(func, REFERENCE_TARGET), func, args)
