@@ -71,6 +71,8 @@ CASES = [
     ("--shape malformed", ["compile", "model.onnx", "--shape", "input=1,3,x", "-o", "a"]),
     ("--shape names no input", ["compile", "model.onnx", "--shape", "nope=1,3,8,8", "-o", "a"]),
     ("unknown pair preset", ["compile", "model.onnx", "--pair", "no-pair", "-o", "a"]),
+    ("--cpu-chunks below 1", ["compile", "model.onnx", "--pair", "cpu-pair", "--cpu-chunks",
+                              "0", "-o", "a"]),
     ("pair JSON malformed", ["compile", "model.onnx", "--pair", '{"cpu": ', "-o", "a"]),
     ("plan not valid JSON", ["compile", "model.onnx", "--pair", "cpu-pair", "--plan",
                              "broken.json", "-o", "a"]),

@@ -20,6 +20,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .geometry import OVERLAP_CPU_CHUNKS
+
 ROLES: tuple[str, str] = ("gpu", "cpu")
 
 # runtime device kind of each target kind (the index comes from the pair)
@@ -222,6 +224,14 @@ class DevicePair:
         """True where a split's copies run beside its kernels by default: a CUDA GPU, whose
         streams and events TVM's device API offers (:class:`~codl_tvm.passes.OverlapCopies`)."""
         return self.gpu_spec["kind"] == "cuda"
+
+    @property
+    def cpu_chunks(self) -> int:
+        """Most chunks the CPU's part of a row split runs in by default, each chunk's rows
+        copied to the GPU while the next one computes: 2 where copies overlap kernels (a
+        CUDA GPU; :class:`~codl_tvm.passes.OverlapCopies`), else 1 (no copy to hide:
+        the CPU pair has none, and on OpenCL a copy is the host's own work)."""
+        return OVERLAP_CPU_CHUNKS if self.overlaps_copies else 1
 
     @property
     def runs_block_copies(self) -> bool:

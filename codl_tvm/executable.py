@@ -128,7 +128,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     mod: tvm.IRModule, pair: DevicePair, plan: Plan | None = None, *, staging: bool = True,
     variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
     overlap: bool | None = None, block_copies: bool | None = None,
-    block_in_kernels: bool = True, guard: bool = False,
+    block_in_kernels: bool = True, guard: bool = False, cpu_chunks: int | None = None,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -169,6 +169,10 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         within the GPU; :func:`~codl_tvm.passes.block_params.on_whole_tensors`). False keeps
         copies within the GPU (to compare). Recorded in the manifest
         (``kernels_on_whole_tensors``: how many kernels do).
+    cpu_chunks : int, optional
+        Most chunks the CPU's part of a row split runs in, each chunk's rows copied to the
+        GPU while the next one computes; None: :attr:`DevicePair.cpu_chunks` (2 where copies
+        overlap kernels, else 1). Recorded in the manifest (``cpu_chunks``).
     guard : bool
         Where ``plan`` uses both processors, also build the model on each processor alone
         (:attr:`Executable.alternatives`): the runtime times the three where it loads the
@@ -190,12 +194,14 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
                                 cuda_graph=cuda_graph, overlap=overlap,
                                 block_copies=block_copies,
-                                block_in_kernels=block_in_kernels)(mod)
+                                block_in_kernels=block_in_kernels,
+                                cpu_chunks=cpu_chunks)(mod)
         lowered, params, manifest = artifact_parts(mod, lowered, pair, plan, used)
         vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
     manifest["fused"] = bool(fuse)
     manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
     manifest["block_copies"] = calls_extern(lowered, streams.COPY_BLOCK)
+    manifest["cpu_chunks"] = pair.cpu_chunks if cpu_chunks is None else cpu_chunks
     manifest["kernels_on_whole_tensors"] = sum(
         1 for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
         and f.attrs is not None and BLOCK_PARAMS_ATTR in f.attrs)

@@ -21,7 +21,7 @@ from .plan import Plan
 from .planner.cost_source import as_source
 from .predictor.opspec import OpSpec, conv_kind
 from .split_rules import Unsplittable
-from .unit_geometry import h_parts, oc_parts
+from .unit_geometry import cpu_row_chunks, h_parts, oc_parts
 
 # plan_rows' columns, then the cost columns explain() adds
 PLAN_COLUMNS = ["op", "kind", "in", "out", "place", "dim", "ratio", "chain", "gpu", "cpu"]
@@ -30,13 +30,15 @@ TABLE_COLUMNS = ["op", "kind", "out", "place", "dim", "ratio", "chain", *COST_CO
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
 
 
-def plan_rows(mod: tvm.IRModule, plan: Plan) -> list[dict]:
-    """One row per partitionable op: id, kind, shapes, placement, and each device's share."""
+def plan_rows(mod: tvm.IRModule, plan: Plan, cpu_chunks: int = 1) -> list[dict]:
+    """One row per partitionable op: id, kind, shapes, placement, and each device's share
+    (``cpu_chunks``: the most chunks the pair runs a row split's CPU part in; the CPU's share
+    says how many it gets where that is more than one)."""
     anchors = find_anchors(entry_function(mod))
     rows: dict[str, dict] = {}
     for unit in (resolve_unit(u) for u in build_units(anchors, plan)):
         chain = unit.name if len(unit.ops) > 1 else ""
-        shares = _shares(unit)
+        shares = _shares(unit, cpu_chunks)
         for i, op in enumerate(unit.ops):
             gpu, cpu = shares[i] if shares else (("all", "-") if unit.place == "gpu" else
                                                  ("-", "all"))
@@ -49,13 +51,15 @@ def plan_rows(mod: tvm.IRModule, plan: Plan) -> list[dict]:
     return [rows[a.op_id] for a in anchors]
 
 
-def _shares(unit) -> list[tuple[str, str]] | None:
+def _shares(unit, cpu_chunks: int = 1) -> list[tuple[str, str]] | None:
     if unit.place != "split":
         return None
     try:
         if unit.dim == "H":
             parts = h_parts(unit.ops, unit.ratio)
-            return [(f"rows {g.out[0]}-{g.out[1] - 1}", f"rows {c.out[0]}-{c.out[1] - 1}")
+            chunks = len(cpu_row_chunks(unit.ops, parts["cpu"], cpu_chunks))
+            tail = f" in {chunks} chunks" if chunks > 1 else ""
+            return [(f"rows {g.out[0]}-{g.out[1] - 1}", f"rows {c.out[0]}-{c.out[1] - 1}{tail}")
                     for g, c in zip(parts["gpu"], parts["cpu"])]
         parts = oc_parts(unit.ops, unit.ratio)
         return [(f"ch {g.out[0]}-{g.out[1] - 1}", f"ch {c.out[0]}-{c.out[1] - 1}")
@@ -174,10 +178,10 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
     plan.validate(mod)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rows = plan_rows(mod, plan)
         docs = [a.describe() for a in find_anchors(entry_function(mod))]
         specs = {d["id"]: op_spec(d) for d in docs}
         costs = as_source(costs).in_model(footprint_bytes(docs))
+        rows = plan_rows(mod, plan, costs.cpu_chunks if costs.overlap else 1)
         timeline = layout(rows, specs, costs, plan.io_device)
     notes = list(dict.fromkeys(str(w.message) for w in caught))
     return Explanation(rows, timeline, costs.label, costs.unit, notes)

@@ -99,12 +99,52 @@ def chain_row_parts(
         return None
     parts: dict[str, list[RowPart]] = {}
     for role, out in (("gpu", (0, n_gpu)), ("cpu", (n_gpu, out_rows))):
-        chain: list[RowPart] = []
-        for window, in_rows in reversed(ops):
-            part = row_part(window, in_rows, *out)
-            if part.src[1] <= part.src[0]:
-                return None
-            chain.append(part)
-            out = part.src
-        parts[role] = chain[::-1]
+        chain = rows_back(ops, out)
+        if chain is None:
+            return None
+        parts[role] = chain
     return parts
+
+
+def rows_back(ops: list[tuple[Window, int]], out: tuple[int, int]) -> list[RowPart] | None:
+    """The row part of every op of a chain that computes the last op's output rows ``out``
+    (grown backwards through each op's window); None where a part would read padding only."""
+    chain: list[RowPart] = []
+    for window, in_rows in reversed(ops):
+        part = row_part(window, in_rows, *out)
+        if part.src[1] <= part.src[0]:
+            return None
+        chain.append(part)
+        out = part.src
+    return chain[::-1]
+
+
+# most chunks of a row split's CPU part where its copies overlap kernels (a CUDA pair):
+# each chunk's rows go to the GPU while the next computes; the device default and the
+# planner's price both read it
+OVERLAP_CPU_CHUNKS = 2
+
+# fewest output rows one CPU chunk computes: a chunk is a kernel launch per op (the thread
+# pool wakes every core for it) and re-reads its halo rows
+MIN_CHUNK_ROWS = 4
+# fewest bytes one chunk uploads: a chunk pays where the upload that the next chunk hides
+# outlasts the kernel launches it adds (1 MiB moves in about 30 us at a PCIe 5 pinned floor;
+# benchmarks/COEXEC.md)
+MIN_CHUNK_BYTES = 1 << 20
+
+
+def row_chunks(first: int, end: int, max_chunks: int, row_bytes: float = float("inf")
+               ) -> list[tuple[int, int]]:
+    """Output rows ``[first, end)`` cut into at most ``max_chunks`` near-equal runs, each of
+    at least :data:`MIN_CHUNK_ROWS` rows and :data:`MIN_CHUNK_BYTES` of output
+    (``row_bytes`` per row); one run where there are too few.
+
+    The CPU's part of a row split runs chunk by chunk so that each chunk's rows go to the
+    GPU while the next one computes (:class:`~codl_tvm.passes.CoExecutionPartition`); the
+    planner prices the same cut (:func:`~codl_tvm.predictor.split_sharing.chunked_cpu`).
+    """
+    rows = end - first
+    by_bytes = int(rows * row_bytes // MIN_CHUNK_BYTES) if row_bytes != float("inf") else rows
+    count = max(1, min(max_chunks, rows // MIN_CHUNK_ROWS, by_bytes))
+    bounds = [first + (rows * i) // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))

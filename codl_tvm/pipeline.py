@@ -150,7 +150,7 @@ def texture_phases(
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
     fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
-    block_copies: bool = False, block_in_kernels: bool = True,
+    block_copies: bool = False, block_in_kernels: bool = True, cpu_chunks: int | None = None,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
@@ -172,13 +172,18 @@ def phases(
     on a CUDA GPU or the CPU pair; off by default); ``block_in_kernels`` (with it, the default)
     lets the GPU part's kernels read and write their blocks of the whole tensors.
 
+    ``cpu_chunks`` (default :attr:`DevicePair.cpu_chunks`): most chunks the CPU's part of a
+    row split runs in, each copied to the GPU while the next computes
+    (:class:`~codl_tvm.passes.CoExecutionPartition`).
+
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
     pair forces the NCHW4c layout rewrite on the GPU role alone (tests check its numbers).
     """
     base = [
         ("prepare", prepare_passes()),
-        ("partition", [CoExecutionPartition(plan, pair), rt.RealizeVDevice()]),
+        ("partition", [CoExecutionPartition(plan, pair, pair.cpu_chunks if cpu_chunks is None
+                                            else cpu_chunks), rt.RealizeVDevice()]),
         ("legalize", [rt.LegalizeOps(cpu_fast_math_legalizations()),
                       *([FuseEpilogues()] if fuse else []),
                       BindKernelTargets()]),
@@ -203,13 +208,13 @@ def codl_pipeline(
     pair: DevicePair, plan: Plan | None = None, *, until: str | None = None,
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
     cuda_graph: bool = False, overlap: bool | None = None, block_copies: bool = False,
-    block_in_kernels: bool = True,
+    block_in_kernels: bool = True, cpu_chunks: int | None = None,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
     when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``,
-    ``block_copies``, ``block_in_kernels``: see :func:`phases`.
+    ``block_copies``, ``block_in_kernels``, ``cpu_chunks``: see :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -221,7 +226,7 @@ def codl_pipeline(
         for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
                                    cuda_graph=cuda_graph, overlap=overlap,
                                    block_copies=block_copies,
-                                   block_in_kernels=block_in_kernels):
+                                   block_in_kernels=block_in_kernels, cpu_chunks=cpu_chunks):
             seq.extend(passes)
             if name == until:
                 break

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .outputs import atomic_file
 from .planner.cost_source import CostSourceBase, as_source
-from .predictor.split_sharing import SplitUnit, spec_parts
+from .predictor.split_sharing import SplitUnit, chunked_cpu, spec_parts
 
 LANES = ("gpu", "cpu", "gpu-only", "cpu-only")
 LANE_TITLES = {"gpu": "co-exec GPU", "cpu": "co-exec CPU", "gpu-only": "GPU only",
@@ -142,6 +142,12 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
     parts = _unit_parts(unit, specs)
     share = costs.split_sharing(SplitUnit(first, specs[unit[-1]["op"]][0], unit[0]["dim"],
                                           unit[0]["ratio"], parts, repeat))
+    cpu_us: list[float | None] = [None] * len(unit)  # the CPU part's, where it runs in chunks
+    if unit[0]["dim"] == "H" and costs.overlap and costs.cpu_chunks > 1:
+        chunked = chunked_cpu(parts["cpu"], repeat, costs.cpu_chunks, costs.kernel_us,
+                              costs.sharing_us, share)
+        if chunked is not None:
+            cpu_us, share = list(chunked[0]), chunked[1]
     if costs.overlap:
         lead, join = back + share.lead_us, share.join_us
         pre = {"cpu": share.to_cpu_us, "gpu": share.gpu_slice_us}
@@ -154,7 +160,8 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
     ends = {"cpu": tl.add("cpu", t, pre["cpu"], "to cpu", "share"),
             "gpu": tl.add("gpu", t, pre["gpu"], "slice", "share")}
     for i, row in enumerate(unit):
-        times = _parts(tl, ends, row, specs, costs, {r: p[i] for r, p in parts.items()})
+        times = _parts(tl, ends, row, specs, costs, {r: p[i] for r, p in parts.items()},
+                       cpu_us[i])
         side = {r: (pre[r] if i == 0 else 0.0) + (post[r] if i == len(unit) - 1 else 0.0)
                 for r in ("cpu", "gpu")}
         shared = (lead if i == 0 else 0.0) + (join if i == len(unit) - 1 else 0.0)
@@ -177,13 +184,16 @@ def _unit_parts(unit: list[dict], specs: dict) -> dict[str, list]:
 
 
 def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict,
-           costs: CostSourceBase, parts: dict) -> dict[str, float]:
-    """The row's sub-ops on each lane after ``ends`` (moved on); its kernel time per role."""
+           costs: CostSourceBase, parts: dict, cpu_us: float | None = None) -> dict[str, float]:
+    """The row's sub-ops on each lane after ``ends`` (moved on); its kernel time per role
+    (``cpu_us``: the CPU's, where its part runs in chunks)."""
     repeat = specs[row["op"]][1]
     times = {}
     for role in ("cpu", "gpu"):
         part = parts[role]
         times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
+        if role == "cpu" and cpu_us is not None:
+            times[role] = cpu_us
         start = ends[role] if costs.concurrent else max(ends.values())
         ends[role] = tl.add(role, start, times[role], row["op"], row["kind"])
     return times

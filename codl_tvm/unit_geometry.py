@@ -8,9 +8,12 @@ after it keep the same channels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .geometry import RowPart, chain_row_parts, split_count
+import tvm
+
+from .geometry import RowPart, chain_row_parts, row_chunks, rows_back, split_count
 from .graph import AnchorOp
 from .split_rules import RULES, Unsplittable
 
@@ -38,6 +41,27 @@ def h_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[RowPart]]:
         raise Unsplittable(f"{last.op_id}: a part of the H split at {ratio} gets no rows, or "
                            "reads only padding rows")
     return parts
+
+
+def cpu_row_chunks(ops: list[AnchorOp], cpu: list[RowPart], max_chunks: int
+                   ) -> list[list[RowPart]]:
+    """The CPU's part of an H split (``cpu``: :func:`h_parts`'s) as chunks of its last op's
+    rows (:func:`codl_tvm.geometry.row_chunks`), each with the row part of every op; the
+    part whole where it has too few rows or a chunk would read padding only."""
+    windows = [(RULES[op.kind].window(op.call), op.in_shape[RULES[op.kind].h_axis(op.call)])
+               for op in ops]
+    last = ops[-1]
+    out_rows = last.out_shape[RULES[last.kind].h_axis(last.call)]
+    row_bytes = math.prod(last.out_shape) * _elem_bytes(last) / out_rows
+    chunks = [rows_back(windows, out)
+              for out in row_chunks(*cpu[-1].out, max_chunks, row_bytes)]
+    if len(chunks) < 2 or any(c is None for c in chunks):
+        return [cpu]
+    return chunks
+
+
+def _elem_bytes(op: AnchorOp) -> int:
+    return tvm.DataType(op.out_var.ty.dtype).bits // 8
 
 
 def oc_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[ChannelPart]]:

@@ -267,8 +267,11 @@ def test_overlapped_copies_delay_the_cpu_side_only():
     assert UnitCost(60, 100, 50, overlap=True, lead_us=5, cpu_side_us=30, gpu_side_us=10,
                     join_us=5).total_us == 5 + 110 + 5
     # the evaluator prices a split the wrapped way: never above the serial sum
+    class OnePiece(OverlappedCosts):  # the CPU's rows uploaded at once (test_cpu_chunks)
+        cpu_chunks = 1
+
     node = conv_node(0, h=28)
-    plain, over = AnalyticCosts(), OverlappedCosts(AnalyticCosts())
+    plain, over = AnalyticCosts(), OnePiece(AnalyticCosts())
     for ratio in (0.3, 0.5, 0.8):
         a = Evaluator(plain, [node]).unit([node], "H", ratio)
         b = Evaluator(over, [node]).unit([node], "H", ratio)
@@ -288,9 +291,15 @@ def test_block_copies_drop_the_slice_before_both_parts_and_the_concat():
     spec = OpSpec("conv2d", 28, 28, 4, 8, 3, 3, pad=(1,) * 4)
     node = OpNode("conv2d_0", "conv2d", spec, 0, [1, 4, 28, 28], [1, 8, 28, 28], 4 * 8 * 9,
                   ("H", "OC"), [], {"H": True, "OC": True}, 0)
+    class OnePiece(OverlappedCosts):  # the CPU's rows uploaded at once (test_cpu_chunks)
+        cpu_chunks = 1
+
+    class BlocksInOnePiece(BlockCopyCosts):
+        cpu_chunks = 1
+
     for ratio in (0.3, 0.5, 0.8):
-        over = Evaluator(OverlappedCosts(AnalyticCosts()), [node]).unit([node], "H", ratio)
-        blocks = Evaluator(BlockCopyCosts(AnalyticCosts()), [node]).unit([node], "H", ratio)
+        over = Evaluator(OnePiece(AnalyticCosts()), [node]).unit([node], "H", ratio)
+        blocks = Evaluator(BlocksInOnePiece(AnalyticCosts()), [node]).unit([node], "H", ratio)
         assert over.lead_us > 0 and over.join_us > 0  # a slice kernel first, a concat last
         assert blocks.lead_us == 0 and blocks.join_us == 0
         assert blocks.cpu_side_us == pytest.approx(over.cpu_side_us)

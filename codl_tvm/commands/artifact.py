@@ -62,6 +62,10 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
                    help="slice and join a split's rows with 2-D copies, the GPU's kernels on "
                         "the whole tensors (default on a CUDA GPU; plan with the same flag)")
+    p.add_argument("--cpu-chunks", type=int, default=None, metavar="N",
+                   help="run the CPU's part of a row split in at most N chunks, each copied "
+                        "to the GPU while the next computes (default: 2 where copies overlap "
+                        "kernels, else 1)")
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -70,13 +74,16 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     inputs = [args.model, *([args.plan] if args.plan else [])]
     variants = KernelVariants.parse(args.kernel_variant)  # a bad one: one line, nothing written
+    if args.cpu_chunks is not None and args.cpu_chunks < 1:
+        raise ValueError(f"--cpu-chunks must be at least 1, got {args.cpu_chunks}")
     check_output_folder(args.output, inputs, args.overwrite)  # before minutes of compiling
     mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
     exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
                   cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None,
-                  block_copies=args.block_copies, guard=args.guard)
+                  block_copies=args.block_copies, guard=args.guard,
+                  cpu_chunks=args.cpu_chunks)
     if args.cross or args.ndk_cc or pair.name.startswith("android"):
         from ..deploy.cross import export_for_device
 

@@ -7,6 +7,14 @@ Each split unit (an op with its epilogue, or a chain of them) becomes, in this o
     y_cpu = op_cpu(x_cpu)                                        # runs while the GPU works
     y = concat([y_gpu, to_vdevice(y_cpu, gpu)], axis)
 
+With ``cpu_chunks`` > 1 (a CUDA pair's default, :attr:`DevicePair.cpu_chunks`), the CPU's
+part of a row split runs as chunks of its rows (:func:`codl_tvm.geometry.row_chunks`), each
+copied to the GPU as soon as it is computed, while the next chunk computes::
+
+    y_cpu1 = op_cpu(x_cpu1); y_up1 = to_vdevice(y_cpu1, gpu)
+    y_cpu2 = op_cpu(x_cpu2); y_up2 = to_vdevice(y_cpu2, gpu)
+    y = concat([y_gpu, y_up1, y_up2], axis)
+
 Unsplit ops run on their planned device, with ``to_vdevice`` only where the device changes.
 Run it before ``LegalizeOps``; the module gets the pair's two VDevices (GPU first).
 """
@@ -22,15 +30,16 @@ from ..device import DevicePair, vdevice_index
 from ..graph import AnchorOp, entry_function, find_anchors
 from ..plan import Plan
 from ..split_rules import RULES, slice_const
-from ..unit_geometry import ROLE_ORDER, h_parts, oc_parts
+from ..unit_geometry import ROLE_ORDER, cpu_row_chunks, h_parts, oc_parts
 from .units import Unit, _resolve, build_units
 
 
 @mutator
 class _Partitioner(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, pair: DevicePair, units: list[Unit], io_role: str):
+    def __init__(self, mod: tvm.IRModule, pair: DevicePair, units: list[Unit], io_role: str,
+                 cpu_chunks: int = 1):
         super().__init__(mod)
-        self.pair, self.io_role = pair, io_role
+        self.pair, self.io_role, self.cpu_chunks = pair, io_role, cpu_chunks
         self.unit_of_last: dict[relax.Var, Unit] = {}
         self.interior: set[relax.Var] = set()
         for unit in units:
@@ -153,6 +162,10 @@ class _Partitioner(PyExprMutator):
             axis, srcs = rule.oc_axis(head.call), {r: parts[r][0].src for r in ROLE_ORDER}
             out_axis = RULES[last.kind].oc_axis(last.call)
         full = head.in_shape[axis]
+        chunks = (cpu_row_chunks(unit.ops, parts["cpu"], self.cpu_chunks)
+                  if unit.dim == "H" and self.cpu_chunks > 1 else [parts["cpu"]])
+        if len(chunks) > 1:
+            return self._emit_chunked(unit, data, axis, full, parts["gpu"], chunks, out_axis)
         # the CPU's input first: its slice and copy wait for no other kernel, and the copy
         # sits before the GPU launch (one-stream code waits for the whole stream at a copy)
         inputs, extras = {}, {}
@@ -161,6 +174,18 @@ class _Partitioner(PyExprMutator):
             extras[r] = self._extra_args(unit, r)
         outs = {r: self._emit_role(unit, inputs[r], extras[r], parts[r], r) for r in ROLE_ORDER}
         return rop.concat([outs["gpu"], self._on(outs["cpu"], "gpu")], axis=out_axis)
+
+    def _emit_chunked(self, unit: Unit, data, axis: int, full: int, gpu, chunks,
+                      out_axis: int) -> relax.Expr:
+        """A row split whose CPU part runs chunk by chunk, each chunk's rows copied to the
+        GPU right after it is computed (see the module doc)."""
+        cpu_in = [self._input_part(data, "cpu", axis, c[0].src, full) for c in chunks]
+        cpu_extras = self._extra_args(unit, "cpu")
+        x_gpu = self._input_part(data, "gpu", axis, gpu[0].src, full)
+        y_gpu = self._emit_role(unit, x_gpu, self._extra_args(unit, "gpu"), gpu, "gpu")
+        ups = [self._on(self._emit_role(unit, x, cpu_extras, c, "cpu"), "gpu")
+               for x, c in zip(cpu_in, chunks)]
+        return rop.concat([y_gpu, *ups], axis=out_axis)
 
     def _extra_args(self, unit: Unit, role: str) -> list[list[relax.Expr]]:
         """Per op, its non-data arguments (weights) on ``role``'s device."""
@@ -238,10 +263,15 @@ class CoExecutionPartition:
         the module first (same model, known ops, legal dims).
     pair : DevicePair
         The two devices; the module's ``vdevice`` global info is set to ``pair.vdevices``.
+    cpu_chunks : int
+        Most chunks the CPU's part of a row split runs in, each copied to the GPU while the
+        next computes (1: the part whole).
     """
 
-    def __init__(self, plan: Plan, pair: DevicePair):
-        self.plan, self.pair = plan, pair
+    def __init__(self, plan: Plan, pair: DevicePair, cpu_chunks: int = 1):
+        if cpu_chunks < 1:
+            raise ValueError(f"cpu_chunks must be at least 1, got {cpu_chunks}")
+        self.plan, self.pair, self.cpu_chunks = plan, pair, cpu_chunks
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.plan.validate(mod)
@@ -250,7 +280,8 @@ class CoExecutionPartition:
         units = [_resolve(u) for u in build_units(anchors, self.plan)]
         mod = mod.clone()
         mod.update_global_info("vdevice", self.pair.vdevices)
-        new_func = _Partitioner(mod, self.pair, units, self.plan.io_device).rewrite(func)
+        new_func = _Partitioner(mod, self.pair, units, self.plan.io_device,
+                                self.cpu_chunks).rewrite(func)
         gv = mod.get_global_var("main")
         mod[gv] = new_func
         return relax.transform.Normalize()(mod)

@@ -200,19 +200,20 @@ class _Lower:
     def concats(self) -> None:
         for b in self.bindings:
             func = self._kernel(b.value, "concatenate")
-            if func is None or len(b.value.args) != 3:
+            if func is None or len(b.value.args) < 3:
                 continue
             shapes = [_dims(p.shape) for p in func.params]
-            axes = [i for i, (p, q) in enumerate(zip(shapes[0], shapes[2])) if p != q]
+            axes = {i for s in shapes[:-1] for i, (p, q) in enumerate(zip(s, shapes[-1]))
+                    if p != q}
             if len(axes) != 1 or any(self._role(a) != self.gpu for a in b.value.args):
                 continue
-            axis, nbytes = axes[0], func.params[0].dtype.bits // 8
-            out, first = b.value.args[2], 0
-            bindings, uploaded, gpu_block = [], False, None
-            for part, shape in zip(b.value.args[:2], shapes[:2]):
+            axis, nbytes = axes.pop(), func.params[0].dtype.bits // 8
+            out, first = b.value.args[-1], 0
+            kept, uploads, gpu_parts = [], [], []
+            for part, shape in zip(b.value.args[:-1], shapes[:-1]):
                 block = (axis, first, shape[axis])
                 first += shape[axis]
-                args = block_copy_args(shapes[2], block, nbytes, into=True)
+                args = block_copy_args(shapes[-1], block, nbytes, into=True)
                 upload = [u for u in self.uses.get(part, []) if is_extern(u.value, COPY)
                           and u.value.args[1].same_as(part)]
                 if (len(upload) == 1 and self._role(upload[0].value.args[0]) == self.cpu
@@ -220,21 +221,29 @@ class _Lower:
                     # the CPU's part goes from its staging buffer into its rows of the output
                     self.drop.add(upload[0].var)
                     self._remove_tensor(part, keep_views_on=out)  # an upload has no sync
-                    bindings.append(_copy_block(upload[0].value.args[0], out, args))
-                    uploaded = True
+                    uploads.append((upload[0].var,
+                                    _copy_block(upload[0].value.args[0], out, args)))
                 else:
-                    bindings.insert(0, _copy_block(part, out, args))
-                    gpu_part, gpu_block = part, block
-            self.replace[b.var] = bindings
-            if uploaded and len(bindings) == 2 and self._allocate_early(out, gpu_part):
-                writer = self._last_writer(gpu_part, before=b.var)
-                if writer is None:
-                    continue
-                self.replace[b.var] = bindings[1:]
-                if not (self.in_kernels and self._write_in_place(
-                        writer, gpu_part, out, shapes[2], gpu_block, b.var)):
-                    # the GPU part's copy goes as soon as it is written
-                    self.after.setdefault(writer, []).append(bindings[0])
+                    kept.append(_copy_block(part, out, args))
+                    gpu_parts.append((part, block))
+            self.replace[b.var] = kept + [c for _, c in uploads]
+            if not uploads or len(gpu_parts) != 1:
+                continue
+            gpu_part, gpu_block = gpu_parts[0]
+            if not self._allocate_early(out, gpu_part):
+                continue
+            writer = self._last_writer(gpu_part, before=b.var)
+            if writer is None:
+                continue
+            # each CPU part (chunk) goes into the output where it was uploaded, so that it
+            # moves while the next chunk computes
+            self.replace[b.var] = []
+            for at, copy in uploads:
+                self.replace[at] = [copy]
+            if not (self.in_kernels and self._write_in_place(
+                    writer, gpu_part, out, shapes[-1], gpu_block, b.var)):
+                # the GPU part's copy goes as soon as it is written
+                self.after.setdefault(writer, []).append(kept[0])
 
     def _kernel_taking(self, users: list[relax.Binding], var: relax.Var
                        ) -> tuple[relax.Binding, int] | None:

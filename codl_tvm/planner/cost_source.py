@@ -46,6 +46,9 @@ class CostSourceBase:
     block_copies : bool
         A split's row slices and joins are 2-D copies within the GPU
         (:class:`~codl_tvm.passes.LowerSlicesToBlockCopies`).
+    cpu_chunks : int
+        Most chunks the CPU's part of a row split runs in, each uploaded while the next
+        computes (:attr:`~codl_tvm.DevicePair.cpu_chunks`; with ``overlap`` only).
     """
 
     label: str = "costs"
@@ -54,6 +57,7 @@ class CostSourceBase:
     concurrent: bool = True
     overlap: bool = False
     block_copies: bool = False
+    cpu_chunks: int = 1
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         raise NotImplementedError
@@ -96,7 +100,7 @@ class _Adapted(CostSourceBase):
     read here, once, and the defaults fill the rest (its own ``move_us`` and
     ``split_sharing`` are not used: a source that prices those subclasses the base)."""
 
-    FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies")
+    FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks")
 
     def __init__(self, costs: Any) -> None:
         self.costs = costs

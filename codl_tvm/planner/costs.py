@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..geometry import OVERLAP_CPU_CHUNKS
 from ..predictor.opspec import SHARING_KINDS, OpSpec
 from ..predictor.split_sharing import SplitSharing, SplitUnit, price_split
 from .cost_source import CostSource, CostSourceBase, as_source
@@ -110,6 +111,7 @@ class OverlappedCosts(_PairCosts):
     delay the CPU's part, not the GPU's (:class:`~codl_tvm.planner.search.UnitCost`)."""
 
     overlap = True
+    cpu_chunks = OVERLAP_CPU_CHUNKS
     note = "copies beside kernels"
 
 

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..predictor.opspec import OpSpec
-from ..predictor.split_sharing import SplitSharing, SplitUnit, spec_parts
+from ..predictor.split_sharing import (
+    SplitSharing,
+    SplitUnit,
+    chunked_cpu,
+    spec_parts,
+)
 from .cost_source import CostSource, as_source
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
@@ -172,8 +177,14 @@ class Evaluator:
             return None
         last = nodes[-1]
         unit = SplitUnit(nodes[0].spec, last.spec, dim, ratio, parts, rep, last.out_bytes)
-        return UnitCost.of(t["cpu"], t["gpu"], self.costs.split_sharing(unit),
-                           self.costs.concurrent, self.costs.overlap)
+        sharing = self.costs.split_sharing(unit)
+        if dim == "H" and self.costs.overlap and self.costs.cpu_chunks > 1:
+            chunked = chunked_cpu(parts["cpu"], rep, self.costs.cpu_chunks, self.kernel,
+                                  self.share, sharing)
+            if chunked is not None:
+                t["cpu"], sharing = sum(chunked[0]), chunked[1]
+        return UnitCost.of(t["cpu"], t["gpu"], sharing, self.costs.concurrent,
+                           self.costs.overlap)
 
 
 # ---- section 4.1: per-op plans --------------------------------------------------------------

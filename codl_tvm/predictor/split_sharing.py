@@ -11,14 +11,16 @@ import.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from codl_tvm.geometry import chain_row_parts, split_count
+from codl_tvm.geometry import chain_row_parts, row_chunks, rows_back, split_count
 from codl_tvm.predictor.opspec import OpSpec
 
 # ``cost(op, role, nbytes)``: a cost source's ``sharing_us``
 ShareFn = Callable[[str, str, float], float]
+# ``kernel(role, sub)``: a cost source's ``kernel_us``
+KernelFn = Callable[[str, OpSpec], float]
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,3 +146,53 @@ def spec_parts(specs: list[OpSpec], dim: str, ratio: float) -> dict[str, list[Op
             return None
         out[role] = subs
     return out
+
+
+def cpu_chunk_specs(cpu: list[OpSpec], max_chunks: int, repeat: int = 1
+                    ) -> list[list[OpSpec]]:
+    """The CPU's part of an H-split unit (``cpu``: :func:`spec_parts`'s, one sub-op per
+    member; ``repeat`` batch repeats) in the chunks the partition pass runs it in
+    (:func:`codl_tvm.unit_geometry.cpu_row_chunks`): ``[cpu]`` where it stays whole."""
+    ops = [(s.window_h, s.H) for s in cpu]  # the part as a chain of its own, its pads
+    out: list[list[OpSpec]] = []
+    last = cpu[-1]
+    for rows in row_chunks(0, last.out_h, max_chunks, last.out_bytes * repeat / last.out_h):
+        chain = rows_back(ops, rows)
+        if chain is None:
+            return [cpu]
+        out.append([replace(s, H=rp.src[1] - rp.src[0],
+                            pad=(rp.pad[0], s.pad[1], rp.pad[1], s.pad[3]))
+                    for s, rp in zip(cpu, chain, strict=True)])
+    return out if len(out) > 1 else [cpu]
+
+
+def pipelined_us(chunk_us: Sequence[float], upload_us: Sequence[float]) -> float:
+    """From the first CPU chunk's start until the last chunk's rows are on the GPU: chunks
+    compute back to back, and each chunk's upload starts when it is computed and the one
+    before has landed (one copy stream)."""
+    done = landed = 0.0
+    for compute, upload in zip(chunk_us, upload_us, strict=True):
+        done += compute
+        landed = max(landed, done) + upload
+    return landed
+
+
+def chunked_cpu(cpu: list[OpSpec], repeat: int, max_chunks: int, kernel: KernelFn,
+                cost: ShareFn, sharing: SplitSharing) -> tuple[list[float], SplitSharing] | None:
+    """A row split whose CPU part runs in chunks, as the planner and ``explain`` price it:
+    per member op, its CPU kernel time summed over the chunks, and the split's sharing with
+    the chunks' rows moved to the CPU (``to_cpu_us``: one transfer, every chunk's halo
+    included) and only what no later chunk hides of their uploads left (``to_gpu_us``; each
+    upload priced as a transfer of its own). None where the part stays whole.
+    """
+    chunks = cpu_chunk_specs(cpu, max_chunks, repeat)
+    if len(chunks) < 2:
+        return None
+    compute = [[kernel("cpu", s) * repeat for s in c] for c in chunks]
+    uploads = [cost("to_gpu", "gpu", c[-1].out_bytes * repeat) for c in chunks]
+    # the chunks' rows go to the host back to back and the host waits once: one transfer
+    downloads = cost("to_cpu", "cpu", sum(c[0].in_bytes for c in chunks) * repeat)
+    per_chunk = [sum(c) for c in compute]
+    exposed = pipelined_us(per_chunk, uploads) - sum(per_chunk)
+    per_op = [sum(times) for times in zip(*compute, strict=True)]
+    return per_op, replace(sharing, to_cpu_us=downloads, to_gpu_us=exposed)
