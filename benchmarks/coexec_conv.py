@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from coexec_summary import (  # noqa: E402 - the sibling module, after the path
     GPU_COPIES,
     KERNEL_SLICES,
+    ONE_CHUNK,
     PYTHON_STREAMS,
     SERIAL,
     base_variant,
@@ -46,7 +47,7 @@ from copy_floors import block_copy_floor, copy_floor  # noqa: E402 - sibling, af
 
 WORKLOADS = ROOT.parent / "shared" / "workloads" / "conv2d.csv"
 # GPU shares: rows, and channels in sixteenths (GPU kernels tile channels by 8 or 16)
-RATIOS = {"H": (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97),
+RATIOS = {"H": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97),
           "OC": (0.5, 0.5625, 0.625, 0.6875, 0.75, 0.8125, 0.875, 0.9375)}
 # shares also built with one stream for kernels and copies (``overlap=False``): the
 # before/after of OverlapCopies
@@ -57,6 +58,9 @@ SERIAL_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
 # before/after (channel splits of batch 1 have no slice or concat to lower)
 SPLIT_OPTIONS = {"block_copies": True}
 KERNEL_SLICE_RATIOS = {"H": (0.7, 0.8, 0.9, 0.95), "OC": ()}
+# row shares also built with the CPU's rows in one piece (``cpu_chunks=1``; the pair's
+# default runs them in chunks, each uploaded while the next computes): the before/after
+ONE_CHUNK_RATIOS = {"H": (0.6, 0.7, 0.8, 0.9), "OC": ()}
 # shares whose two parts are also built alone, to measure what a split adds to its parts
 PART_RATIOS = {"H": (0.7, 0.9), "OC": (0.6875, 0.875)}
 PARTS = ("gpu-part:", "cpu-part:")  # variant prefixes
@@ -122,6 +126,9 @@ def variants(mod) -> dict:
         for r in SERIAL_RATIOS[dim]:
             plans[f"{dim}@{r}{SERIAL}"] = (Plan.uniform(mod, dim, r),
                                             {**SPLIT_OPTIONS, "overlap": False})
+        for r in ONE_CHUNK_RATIOS[dim]:
+            plans[f"{dim}@{r}{ONE_CHUNK}"] = (Plan.uniform(mod, dim, r),
+                                              {**SPLIT_OPTIONS, "cpu_chunks": 1})
         for r in KERNEL_SLICE_RATIOS[dim]:
             plans[f"{dim}@{r}{KERNEL_SLICES}"] = (Plan.uniform(mod, dim, r),
                                                   {"block_copies": False})
@@ -135,19 +142,19 @@ def part_modules(s: dict, dim: str, staging: list[dict]) -> dict | None:
     the split's staging buffers (the CPU's input and output); None where they do not fit a
     stride-1 conv."""
     p, k = (s["kh"] - 1) // 2, s["kh"]
-    (cpu_in, cpu_out) = (b["shape"] for b in staging if b["role"] == "cpu")
-    if s["sh"] != 1:
+    cpu = [b["shape"] for b in staging if b["role"] == "cpu"]  # inputs, then outputs
+    if s["sh"] != 1 or len(cpu) % 2:
         return None
     if dim == "OC":
-        oc_cpu = cpu_out[1]
+        oc_cpu = cpu[-1][1]
         return {"gpu": conv_module(dict(s, oc=s["oc"] - oc_cpu)),
                 "cpu": conv_module(dict(s, oc=oc_cpu), seed=1)}
-    rows_out = cpu_out[2]
+    # the CPU's part whole (a chunked split stages each chunk's rows): its output rows, and
+    # its input rows with the halo above them
+    rows_out = sum(b[2] for b in cpu[len(cpu) // 2:])
     gpu_out = s["h"] - rows_out
-    if cpu_in[2] + p - k + 1 != rows_out:
-        return None
     return {"gpu": conv_module(dict(s, h=gpu_out + k - 1 - p), pads=(p, p, 0, p)),
-            "cpu": conv_module(dict(s, h=cpu_in[2]), seed=1, pads=(0, p, p, p))}
+            "cpu": conv_module(dict(s, h=rows_out + k - 1 - p), seed=1, pads=(0, p, p, p))}
 
 
 def build(args: argparse.Namespace) -> None:

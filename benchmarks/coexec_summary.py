@@ -1,7 +1,7 @@
 """Summaries of a ``coexec_conv.py`` result: per shape the best single processor, the best
 split, its share of the ideal gain and its overhead over its parts, and the ratios of the
-twin builds (one stream, kernel slices, copies within the GPU) to the splits they are built
-like."""
+twin builds (one stream, kernel slices, copies within the GPU, Python stream functions, the
+CPU's rows in one piece) to the splits they are built like."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ KERNEL_SLICES = "/kernel-slices"  # variant suffix: built with slice and concat 
 GPU_COPIES = "/gpu-copies"
 # variant suffix: the same artifact run with the Python stream functions (CODL_TVM_STREAMS)
 PYTHON_STREAMS = "/python-streams"
-TWINS = (SERIAL, KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS)
+# variant suffix: the CPU's rows in one piece, uploaded when all are done (cpu_chunks=1)
+ONE_CHUNK = "/one-chunk"
+TWINS = (SERIAL, KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS, ONE_CHUNK)
 
 
 def base_variant(name: str) -> str:
@@ -38,10 +40,10 @@ def summarize(rows: list[dict], shape: dict | None = None, floor: list[dict] = (
     splits = {k: v for k, v in by.items() if "@" in k and base_variant(k) == k and ":" not in k}
     serial = {k.removesuffix(SERIAL): by[k.removesuffix(SERIAL)] / v
               for k, v in by.items() if k.endswith(SERIAL)}
-    kernel_slices, gpu_copies, python_streams = (
+    kernel_slices, gpu_copies, python_streams, one_chunk = (
         {k.removesuffix(twin): by[k.removesuffix(twin)] / v
          for k, v in by.items() if k.endswith(twin)}
-        for twin in (KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS))
+        for twin in (KERNEL_SLICES, GPU_COPIES, PYTHON_STREAMS, ONE_CHUNK))
     best = min(splits, key=splits.get)
     single = min(by["cpu-only"], by["gpu-only"])
     return {"shape": rows[0]["shape"], "cpu_ms": by["cpu-only"], "gpu_ms": by["gpu-only"],
@@ -52,6 +54,7 @@ def summarize(rows: list[dict], shape: dict | None = None, floor: list[dict] = (
             "blocks_over_kernel_slices": kernel_slices,
             "blocks_over_gpu_copies": gpu_copies,
             "native_over_python_streams": python_streams,
+            "chunked_over_one_chunk": one_chunk,
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
             "measured_overhead_us": _over_parts(by, splits, shape, floor),
@@ -115,6 +118,8 @@ TWIN_TABLES = {  # summary key -> what its ratios are, each a split over its twi
     "blocks_over_gpu_copies":
         "block copies, GPU part on the whole tensors / with copies within the GPU",
     "native_over_python_streams": "native / Python stream functions, same artifact, same run",
+    "chunked_over_one_chunk":
+        "CPU rows in chunks, each uploaded while the next computes / in one piece",
 }
 
 

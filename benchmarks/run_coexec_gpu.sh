@@ -8,9 +8,9 @@
 #   python benchmarks/streams_ab.py build --out .devcarry/streams-ab
 #   tar czf .devcarry/streams-ab.tgz -C .devcarry streams-ab
 # There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/coexec.tgz carried:
-#   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)] [suite|traces|all (default)]
+#   bash benchmarks/run_coexec_gpu.sh [MPS_PERCENT (default 5)] [suite|traces|models|all (default)]
 #     [full|edge|both (default): the configurations; one call per configuration fits 600 s]
-# Writes coexec-{full,edge}.{json,log}, coexec-traces-{full,edge}.txt (benchmarks/trace_split.py),
+# (models: streams_ab.py alone). Writes coexec-{full,edge}.{json,log}, coexec-traces-{full,edge}.txt (benchmarks/trace_split.py),
 # streams-ab-{full,edge}.json (where streams-ab.tgz was carried) and coexec-machine.txt to
 # $OUT: the names under benchmarks/results/.
 set -euo pipefail
@@ -50,12 +50,13 @@ python_streams() {  # the same traces with the Python stream functions (codl_tvm
 }
 rm -f "$OUT"/coexec-traces-*.txt
 if [ "$ON" != edge ]; then
-[ "$WHAT" = traces ] || { run "$(sms)" coexec-full; whole_models "$(sms)" streams-ab-full; }
+case $WHAT in suite|all) run "$(sms)" coexec-full ;; esac
+case $WHAT in suite|all|models) whole_models "$(sms)" streams-ab-full ;; esac
 # row splits with block copies and with slice / concat kernels (their twins), and GPU-only
-[ "$WHAT" = suite ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_kernel-slices \
+[ "$WHAT" = suite ] || [ "$WHAT" = models ] || trace full 13x13x1024-512-k1s1/H_0.9 13x13x1024-512-k1s1/H_0.9_kernel-slices \
   104x104x64-128-k3s1/H_0.9 104x104x64-128-k3s1/H_0.9_gpu-copies \
   104x104x64-128-k3s1/H_0.9_kernel-slices 104x104x64-128-k3s1/gpu-only
-[ "$WHAT" = suite ] || python_streams full 13x13x1024-512-k1s1/H_0.9 104x104x64-128-k3s1/H_0.9
+[ "$WHAT" = suite ] || [ "$WHAT" = models ] || python_streams full 13x13x1024-512-k1s1/H_0.9 104x104x64-128-k3s1/H_0.9
 fi
 [ "$ON" != full ] || exit 0
 
@@ -67,8 +68,9 @@ trap 'echo quit | nvidia-cuda-mps-control' EXIT
 export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$PCT
 n=$(sms)
 echo "MPS ${PCT}%: $n SMs" | tee -a "$OUT/coexec-machine.txt"
-[ "$WHAT" = traces ] || { run "$n" coexec-edge; whole_models "$n" streams-ab-edge; }
-[ "$WHAT" = suite ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_gpu-copies \
+case $WHAT in suite|all) run "$n" coexec-edge ;; esac
+case $WHAT in suite|all|models) whole_models "$n" streams-ab-edge ;; esac
+[ "$WHAT" = suite ] || [ "$WHAT" = models ] || trace edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.8_gpu-copies \
   104x104x64-128-k3s1/H_0.8_kernel-slices 104x104x64-128-k3s1/H_0.7 \
   104x104x64-128-k3s1/H_0.7_kernel-slices 104x104x64-128-k3s1/gpu-only
-[ "$WHAT" = suite ] || python_streams edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.7
+[ "$WHAT" = suite ] || [ "$WHAT" = models ] || python_streams edge 104x104x64-128-k3s1/H_0.8 104x104x64-128-k3s1/H_0.7

@@ -1,5 +1,6 @@
-"""Whole split models with the native against the Python stream functions: the same
-artifacts, loaded both ways in one process and timed in interleaved rounds.
+"""Whole split models with the native against the Python stream functions (the same
+artifacts, loaded both ways), and with the CPU's part of each row split in chunks (the CUDA
+default) against in one piece (``cpu_chunks=1``), timed in interleaved rounds in one process.
 
     python benchmarks/streams_ab.py build --models yolo-v2,vgg-16 --out .devcarry/streams-ab
     TVM_USE_RUNTIME_LIB=1 python benchmarks/streams_ab.py run .devcarry/streams-ab \
@@ -10,8 +11,8 @@ grows with the number of split ops. The plan here is a fixed rule that splits ma
 the planner's: every 3x3 conv is split as the single-op results at 8 SMs favour it
 (``COEXEC.md``), by rows at a GPU share of 0.8 where its output has more than 13 rows and by
 channels at 0.8125 otherwise; every other op runs on the GPU. ``run`` prints, per model,
-GPU-only, the plan with each implementation and their ratio, and checks that both give the
-same output.
+GPU-only, the plan with each implementation and their ratio, the plan built with the CPU's
+rows in one piece, and checks that all give the same output.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from coexec_conv import H100_CPU, H100_GPU  # noqa: E402 - the sibling module, a
 MODELS = ("yolo-v2", "vgg-16", "resnet-18")
 ROW_SHARE, CHANNEL_SHARE, FEW_ROWS = 0.8, 0.8125, 13
 IMPLEMENTATIONS = ("native", "python")
+ONE_CHUNK = "split-3x3/one-chunk"  # the plan with cpu_chunks=1, native functions
 
 
 def split_3x3_plan(mod):
@@ -61,15 +63,17 @@ def build(args: argparse.Namespace) -> None:
     runs = []
     for name in args.models.split(","):
         mod = codl_tvm.load_model(zoo.get(name))
-        plans = {"gpu-only": Plan.single(mod, "gpu"), "split-3x3": split_3x3_plan(mod)}
-        for variant, plan in plans.items():
+        plans = {"gpu-only": (Plan.single(mod, "gpu"), {}),
+                 "split-3x3": (split_3x3_plan(mod), {}),
+                 ONE_CHUNK: (split_3x3_plan(mod), {"cpu_chunks": 1})}
+        for variant, (plan, options) in plans.items():
             t0 = time.time()
-            exe = codl_tvm.compile(mod, pair, plan)
-            path = out / name / variant
+            exe = codl_tvm.compile(mod, pair, plan, **options)
+            path = out / name / variant.replace("/", "_")
             exe.export(path, weights=False)
             splits = sum(p.place == "split" for p in plan.ops.values())
             runs.append({"model": name, "variant": variant, "path": str(path.relative_to(out)),
-                         "split_ops": splits})
+                         "split_ops": splits, "cpu_chunks": exe.manifest["cpu_chunks"]})
             print(f"{name:12s} {variant:10s} {splits:3d} split ops {time.time() - t0:6.1f} s",
                   flush=True)
     (out / "index.json").write_text(json.dumps({"pair": pair.to_json(), "runs": runs}, indent=1))
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     for model, runs in by_model.items():
         runners = {}
         for r in runs:
-            if r["split_ops"]:
+            if r["split_ops"] and r["variant"] != ONE_CHUNK:
                 for impl, rn in load_both(root / r["path"]).items():
                     runners[f"{r['variant']}/{impl}"] = rn
             else:
@@ -118,12 +122,17 @@ def run(args: argparse.Namespace) -> None:
                          "split_ops": next(r["split_ops"] for r in runs
                                            if variant.startswith(r["variant"]))})
         same = np.array_equal(outs["split-3x3/native"], outs["split-3x3/python"])
+        err = (float(np.linalg.norm(outs[ONE_CHUNK] - outs["split-3x3/native"])
+                     / np.linalg.norm(outs["split-3x3/native"])) if ONE_CHUNK in outs else None)
         by = {r["variant"]: r["latency_ms"] for r in rows if r["model"] == model}
+        chunks = (f"  chunked/one-chunk {by['split-3x3/native'] / by[ONE_CHUNK]:.3f}"
+                  if ONE_CHUNK in by else "")
         print(f"{model:12s} gpu-only {by['gpu-only']:8.3f} ms  native {by['split-3x3/native']:8.3f}"
               f"  python {by['split-3x3/python']:8.3f}  native/python "
-              f"{by['split-3x3/native'] / by['split-3x3/python']:.3f}  same output {same}",
-              flush=True)
-        rows.append({"model": model, "variant": "check", "same_output": bool(same)})
+              f"{by['split-3x3/native'] / by['split-3x3/python']:.3f}{chunks}  same output "
+              f"{same}", flush=True)
+        rows.append({"model": model, "variant": "check", "same_output": bool(same),
+                     "one_chunk_rel_err": err})
     result = {"pair": index["pair"], "sms": args.sms, "streams": streams.implementation()[0],
               "rows": rows, "command": " ".join(sys.argv)}
     Path(args.json).write_text(json.dumps(result, indent=1))
