@@ -191,9 +191,10 @@ def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict,
     times = {}
     for role in ("cpu", "gpu"):
         part = parts[role]
-        times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
         if role == "cpu" and cpu_us is not None:
             times[role] = cpu_us
+        else:
+            times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
         start = ends[role] if costs.concurrent else max(ends.values())
         ends[role] = tl.add(role, start, times[role], row["op"], row["kind"])
     return times

@@ -34,9 +34,7 @@ def h_parts(ops: list[AnchorOp], ratio: float) -> dict[str, list[RowPart]]:
     :func:`codl_tvm.geometry.chain_row_parts`, as the planner cuts them."""
     last = ops[-1]
     rows = last.out_shape[RULES[last.kind].h_axis(last.call)]
-    windows = [(RULES[op.kind].window(op.call), op.in_shape[RULES[op.kind].h_axis(op.call)])
-               for op in ops]
-    parts = chain_row_parts(windows, rows, ratio)
+    parts = chain_row_parts(_windows(ops), rows, ratio)
     if parts is None:
         raise Unsplittable(f"{last.op_id}: a part of the H split at {ratio} gets no rows, or "
                            "reads only padding rows")
@@ -48,16 +46,21 @@ def cpu_row_chunks(ops: list[AnchorOp], cpu: list[RowPart], max_chunks: int
     """The CPU's part of an H split (``cpu``: :func:`h_parts`'s) as chunks of its last op's
     rows (:func:`codl_tvm.geometry.row_chunks`), each with the row part of every op; the
     part whole where it has too few rows or a chunk would read padding only."""
-    windows = [(RULES[op.kind].window(op.call), op.in_shape[RULES[op.kind].h_axis(op.call)])
-               for op in ops]
     last = ops[-1]
     out_rows = last.out_shape[RULES[last.kind].h_axis(last.call)]
     row_bytes = math.prod(last.out_shape) * _elem_bytes(last) / out_rows
+    windows = _windows(ops)
     chunks = [rows_back(windows, out)
               for out in row_chunks(*cpu[-1].out, max_chunks, row_bytes)]
     if len(chunks) < 2 or any(c is None for c in chunks):
         return [cpu]
     return chunks
+
+
+def _windows(ops: list[AnchorOp]) -> list[tuple]:
+    """Each op's H window and input rows, as :mod:`codl_tvm.geometry` takes a chain."""
+    return [(RULES[op.kind].window(op.call), op.in_shape[RULES[op.kind].h_axis(op.call)])
+            for op in ops]
 
 
 def _elem_bytes(op: AnchorOp) -> int:

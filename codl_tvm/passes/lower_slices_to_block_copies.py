@@ -15,11 +15,12 @@ and before :class:`OverlapCopies`, it rewrites:
   kernel and its tensor go;
 - **slice on the GPU**: the one kernel that reads it reads its rows of the whole tensor
   (``in_kernels``), else a copy within the GPU, in order with the kernels (their stream);
-- **concat of a GPU part and a copied-back CPU part** (the parts not contiguous, else
-  :class:`WriteSplitOutputsInPlace` took them): the kernel that writes the GPU part writes its
-  rows of the output (``in_kernels``; else the part is copied into them within the GPU), the
-  CPU part goes straight from its staging buffer into the rest; the
-  concat kernel and the CPU part's GPU tensor go. The output is allocated where the GPU part
+- **concat of a GPU part and copied-back CPU parts** (one, or one per chunk of the CPU's
+  rows; the parts not contiguous, else :class:`WriteSplitOutputsInPlace` took them): the
+  kernel that writes the GPU part writes its rows of the output (``in_kernels``; else the part
+  is copied into them within the GPU), each CPU part goes straight from its staging buffer
+  into its rows, where it was uploaded (so a chunk moves while the next one computes); the
+  concat kernel and the CPU parts' GPU tensors go. The output is allocated where the GPU part
   is, before the CPU part runs: allocated after that part's inputs were freed, its memory
   might still be read by kernels in flight, and the copy into it would have to wait for them.
   The GPU part's copy is issued right after the kernel that writes it, not after the CPU part
