@@ -307,15 +307,19 @@ def report(args: argparse.Namespace) -> None:
     ``--artifacts``, the folder ``run`` timed) split nothing: a share that leaves the CPU no
     rows builds GPU-only, which ``build`` no longer exports."""
     result = json.loads(Path(args.result).read_text())
-    root = Path(args.artifacts)
-    index = [r for p in sorted(root.glob("index*.json")) for r in json.loads(p.read_text())["runs"]]
-    empty = {(r["name"], r["variant"]) for r in index
-             if "@" in r["variant"] and ":" not in r["variant"] and not json.loads(
-        (root / r["path"] / "manifest.json").read_text())["staging"]}
-    result["variants"] = [r for r in result["variants"]
-                          if (r["shape"], r["variant"]) not in empty]
-    result["rows"] = summaries(result["variants"], {r["name"]: r["shape"] for r in index},
-                               result["copy_floor"])
+    if args.artifacts:
+        root = Path(args.artifacts)
+        index = [r for p in sorted(root.glob("index*.json"))
+                 for r in json.loads(p.read_text())["runs"]]
+        empty = {(r["name"], r["variant"]) for r in index
+                 if "@" in r["variant"] and ":" not in r["variant"] and not json.loads(
+            (root / r["path"] / "manifest.json").read_text())["staging"]}
+        result["variants"] = [r for r in result["variants"]
+                              if (r["shape"], r["variant"]) not in empty]
+        shapes = {r["name"]: r["shape"] for r in index}
+    else:
+        shapes = {shape_name(s): s for s in yolo_shapes()}
+    result["rows"] = summaries(result["variants"], shapes, result["copy_floor"])
     Path(args.output).write_text(json.dumps(result, indent=1))
     print_table(result)
 
@@ -339,7 +343,8 @@ def main() -> None:
     r.add_argument("--sms", default="all", help="SMs the GPU was held to (recorded)")
     p = sub.add_parser("report", help="re-summarize a result without variants that split nothing")
     p.add_argument("result")
-    p.add_argument("--artifacts", required=True, help="the folder run timed (or its twin)")
+    p.add_argument("--artifacts", help="the folder run timed (or its twin): drop the variants "
+                   "whose artifacts split nothing")
     p.add_argument("-o", "--output", required=True)
     args = parser.parse_args()
     {"build": build, "run": run, "report": report}[args.cmd](args)

@@ -58,6 +58,11 @@ def summarize(rows: list[dict], shape: dict | None = None, floor: list[dict] = (
             "ideal_ms": 1 / (1 / by["cpu-only"] + 1 / by["gpu-only"]),
             # what each split with measured parts adds to the slower of its parts
             "measured_overhead_us": _over_parts(by, splits, shape, floor),
+            # each part built alone over its share of its processor's whole-op time
+            "part_over_share": _part_shares(by, splits),
+            # a split whose CPU side is its long pole over that side (CPU part + its copies at
+            # the pinned floor)
+            "split_over_cpu_side": _over_cpu_side(by, splits, shape, floor),
             # the same splits run with the Python stream functions (where twinned)
             "measured_overhead_python_streams_us": _over_parts(by, {
                 k: by[k + PYTHON_STREAMS] for k in splits if k + PYTHON_STREAMS in by},
@@ -74,6 +79,28 @@ def _over_parts(by: dict[str, float], splits: dict[str, float], shape: dict | No
     return {k: 1e3 * (v - max(by[f"gpu-part:{k}"], by[f"cpu-part:{k}"]
                               + cpu_copies_ms(shape, k, floor)))
             for k, v in splits.items() if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by}
+
+
+def _part_shares(by: dict[str, float], splits: dict[str, float]) -> dict[str, dict]:
+    out = {}
+    for k in splits:
+        if f"gpu-part:{k}" in by and f"cpu-part:{k}" in by:
+            r = float(k.partition("@")[2])
+            out[k] = {"gpu": by[f"gpu-part:{k}"] / (r * by["gpu-only"]),
+                      "cpu": by[f"cpu-part:{k}"] / ((1 - r) * by["cpu-only"])}
+    return out
+
+
+def _over_cpu_side(by: dict[str, float], splits: dict[str, float], shape: dict | None,
+                   floor: list[dict]) -> dict[str, float]:
+    out = {}
+    for k, v in splits.items():
+        if shape is None or f"cpu-part:{k}" not in by:
+            continue
+        cpu_side = by[f"cpu-part:{k}"] + cpu_copies_ms(shape, k, floor)
+        if cpu_side > by[f"gpu-part:{k}"]:
+            out[k] = v / cpu_side
+    return out
 
 
 def cpu_copies_ms(shape: dict, split: str, floor: list[dict]) -> float:
@@ -142,6 +169,14 @@ def print_table(result: dict) -> None:
         python = s.get("measured_overhead_python_streams_us", {})
         cells = "  ".join(f"{k} {v:6.0f}" + (f" [{python[k]:4.0f}]" if k in python else "")
                           for k, v in s["measured_overhead_us"].items())
+        print(f"{s['shape']:28s} {cells}")
+    print("\neach part alone over its share of the whole op on its processor (GPU, CPU), and "
+          "a CPU-bound split over its CPU part + copies at the floor:")
+    for s in result["rows"]:
+        over = s.get("split_over_cpu_side", {})
+        cells = "  ".join(f"{k} {v['gpu']:.2f}, {v['cpu']:.2f}"
+                          + (f" [{over[k]:.2f}]" if k in over else "")
+                          for k, v in s.get("part_over_share", {}).items())
         print(f"{s['shape']:28s} {cells}")
     for key, title in TWIN_TABLES.items():
         print(f"\n{title}:")

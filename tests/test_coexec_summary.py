@@ -31,6 +31,11 @@ def test_the_cpu_parts_copies_count_on_its_side():
         1e3 * (0.47 - 0.3 - copies_ms))
     assert s["best_split"] == "H@0.7"  # the twin is a ratio, not a split of its own
     assert s["native_over_python_streams"] == {"H@0.7": pytest.approx(0.45 / 0.47)}
+    # each part over its share of its processor's whole op; the CPU side (part + copies) is
+    # the long pole here, so the split is also priced against it
+    assert s["part_over_share"]["H@0.7"] == {"gpu": pytest.approx(0.3 / (0.7 * 0.5)),
+                                             "cpu": pytest.approx(0.3 / (0.3 * 1.0))}
+    assert s["split_over_cpu_side"] == {"H@0.7": pytest.approx(0.45 / (0.3 + copies_ms))}
 
 
 def test_without_a_cuda_floor_copies_are_free_and_without_a_shape_nothing_is_measured():
