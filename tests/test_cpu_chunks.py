@@ -160,3 +160,25 @@ def test_explain_says_which_cpu_parts_run_in_chunks(small_chunks):
     chunked = explain(mod, plan, BlockCopyCosts(AnalyticCosts())).rows[0]
     whole = explain(mod, plan, AnalyticCosts()).rows[0]  # no overlap: no chunks
     assert chunked["cpu"] == "rows 6-19 in 2 chunks" and whole["cpu"] == "rows 6-19"
+
+
+def test_plans_price_the_chunks_compile_is_told_to_cut(capsys):
+    from codl_tvm.cli import main
+    from codl_tvm.planner.api import for_pair
+
+    cuda = codl_tvm.DevicePair.preset("x86-cuda", arch="sm_90")
+    spec = OpSpec("conv2d", 256, 256, 16, 64, 3, 3, pad=(1, 1, 1, 1))
+    node = OpNode("conv2d_0", "conv2d", spec, 0, [1, 16, 256, 256], [1, 64, 256, 256],
+                  64 * 16 * 9 * 4, dims=("H", "OC"))
+    slow_bus = AnalyticCosts(cpu_gflops=50.0, gpu_gflops=100.0, copy_gbps=2.0)
+    one = for_pair(slow_bus, cuda, cpu_chunks=1)
+    assert one.cpu_chunks == 1 and one.in_model(1 << 30).cpu_chunks == 1
+    assert for_pair(slow_bus, cuda).cpu_chunks == cuda.cpu_chunks
+    whole = Evaluator(one, [node]).unit([node], "H", 0.6)
+    chunked = Evaluator(for_pair(slow_bus, cuda), [node]).unit([node], "H", 0.6)
+    assert chunked.total_us < whole.total_us
+    with pytest.raises(ValueError, match="cpu_chunks"):
+        for_pair(slow_bus, cuda, cpu_chunks=0)
+    assert main(["plan", "tiny-cnn", "--pair", "cpu-pair", "--cpu-chunks", "0",
+                 "-o", "never.json"]) == 1
+    assert "--cpu-chunks must be at least 1" in capsys.readouterr().err

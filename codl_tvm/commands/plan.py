@@ -42,17 +42,23 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
                    help="price splits as `compile` builds them with (default on a CUDA GPU) "
                         "or without 2-D block copies")
+    p.add_argument("--cpu-chunks", type=int, default=None, metavar="N",
+                   help="price row splits as `compile --cpu-chunks N` builds them (default: "
+                        "the pair's, 2 where copies overlap kernels)")
 
 
 def _run_plan(args: argparse.Namespace) -> int:
     from ..explain import format_table, plan_rows
     from ..planner.api import make_plan, resolve_costs
 
+    if args.cpu_chunks is not None and args.cpu_chunks < 1:
+        raise ValueError(f"--cpu-chunks must be at least 1, got {args.cpu_chunks}")
     mod, pair, cache = _load(args, args.output)
     costs = None
     if args.strategy not in ("cpu-only", "gpu-only"):
         want = "measured" if STRATEGIES[args.strategy].measured else args.predictor
-        costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies)
+        costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies,
+                              cpu_chunks=args.cpu_chunks)
     result = make_plan(mod, args.strategy, costs)
     result.plan.save(args.output, inputs=[path for path in (args.model, args.predictor, cache)
                                           if path and Path(path).exists()])

@@ -161,22 +161,26 @@ def _dims_of(mg: ModelGraph, spec) -> set[str]:
 
 def resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None = None,
                   cache: str | Path | None = None,
-                  remote: dict[str, Any] | None = None, block_copies: bool | None = None
-                  ) -> CostSource | None:
+                  remote: dict[str, Any] | None = None, block_copies: bool | None = None,
+                  cpu_chunks: int | None = None) -> CostSource | None:
     """``--predictor`` as the CLI takes it: a file, ``measured``, or None for the default.
 
-    The source is wrapped for the pair (:func:`for_pair`; ``block_copies``: for plans built
-    with them or without; None: as the pair builds by default).
+    The source is wrapped for the pair (:func:`for_pair`; ``block_copies``, ``cpu_chunks``:
+    for plans built with those options; None: as the pair builds by default).
     """
-    return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair, block_copies)
+    return for_pair(_resolve_costs(predictor, pair, mod, cache, remote), pair, block_copies,
+                    cpu_chunks)
 
 
-def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | None = None
-             ) -> CostSource | None:
+def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | None = None,
+             cpu_chunks: int | None = None) -> CostSource | None:
     """``costs`` as ``pair`` runs splits: wrapped in :class:`SerialCosts` where its roles
     share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels,
     in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (a CUDA
-    pair by default; ``block_copies=False``: plans for ``compile(..., block_copies=False)``)."""
+    pair by default; ``block_copies=False``: plans for ``compile(..., block_copies=False)``).
+    ``cpu_chunks``: plans for ``compile(..., cpu_chunks=N)`` (None: the pair's default)."""
+    if cpu_chunks is not None and cpu_chunks < 1:
+        raise ValueError(f"cpu_chunks must be at least 1, got {cpu_chunks}")
     if costs is None:
         return None
     if pair.is_cpu_only:
@@ -184,7 +188,7 @@ def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | No
     if not pair.overlaps_copies:
         return costs
     blocks = pair.runs_block_copies and block_copies is not False
-    return BlockCopyCosts(costs) if blocks else OverlappedCosts(costs)
+    return (BlockCopyCosts if blocks else OverlappedCosts)(costs, cpu_chunks)
 
 
 def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None,

@@ -71,9 +71,11 @@ class _PairCosts(CostSourceBase):
 
     note = ""
 
-    def __init__(self, costs: Any) -> None:
+    def __init__(self, costs: Any, cpu_chunks: int | None = None) -> None:
         self.costs = as_source(costs)
         self.label = f"{self.costs.label}, {self.note}"
+        if cpu_chunks is not None:  # as `compile(..., cpu_chunks=...)` builds the splits
+            self.cpu_chunks = cpu_chunks
 
     @property
     def unit(self) -> str:
@@ -90,7 +92,7 @@ class _PairCosts(CostSourceBase):
         return self.costs.sharing_us(op, role, nbytes)
 
     def in_model(self, footprint_bytes: int) -> _PairCosts:
-        return type(self)(self.costs.in_model(footprint_bytes))
+        return type(self)(self.costs.in_model(footprint_bytes), self.cpu_chunks)
 
     def in_range(self, sub: OpSpec) -> bool:
         return self.costs.in_range(sub)
