@@ -133,6 +133,19 @@ MIN_CHUNK_ROWS = 4
 MIN_CHUNK_BYTES = 1 << 20
 
 
+def check_cpu_chunks(value: int | None, name: str = "cpu_chunks") -> int | None:
+    """``value`` (a most-chunks count; None: the pair's default) if it is at least 1.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``name`` (the option as the caller's user spells it).
+    """
+    if value is not None and value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
 def row_chunks(first: int, end: int, max_chunks: int, row_bytes: float = float("inf")
                ) -> list[tuple[int, int]]:
     """Output rows ``[first, end)`` cut into at most ``max_chunks`` near-equal runs, each of

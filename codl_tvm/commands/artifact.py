@@ -70,12 +70,12 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
 
 def _run_compile(args: argparse.Namespace) -> int:
     from .. import DevicePair, Plan, compile
+    from ..geometry import check_cpu_chunks
     from ..tiling import KernelVariants
 
     inputs = [args.model, *([args.plan] if args.plan else [])]
     variants = KernelVariants.parse(args.kernel_variant)  # a bad one: one line, nothing written
-    if args.cpu_chunks is not None and args.cpu_chunks < 1:
-        raise ValueError(f"--cpu-chunks must be at least 1, got {args.cpu_chunks}")
+    check_cpu_chunks(args.cpu_chunks, "--cpu-chunks")
     check_output_folder(args.output, inputs, args.overwrite)  # before minutes of compiling
     mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)

@@ -49,10 +49,10 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from ..explain import format_table, plan_rows
+    from ..geometry import check_cpu_chunks
     from ..planner.api import make_plan, resolve_costs
 
-    if args.cpu_chunks is not None and args.cpu_chunks < 1:
-        raise ValueError(f"--cpu-chunks must be at least 1, got {args.cpu_chunks}")
+    check_cpu_chunks(args.cpu_chunks, "--cpu-chunks")  # before any work
     mod, pair, cache = _load(args, args.output)
     costs = None
     if args.strategy not in ("cpu-only", "gpu-only"):

@@ -27,6 +27,7 @@ from tvm.relax import op as rop
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..device import DevicePair, vdevice_index
+from ..geometry import check_cpu_chunks
 from ..graph import AnchorOp, entry_function, find_anchors
 from ..plan import Plan
 from ..split_rules import RULES, slice_const
@@ -269,8 +270,7 @@ class CoExecutionPartition:
     """
 
     def __init__(self, plan: Plan, pair: DevicePair, cpu_chunks: int = 1):
-        if cpu_chunks < 1:
-            raise ValueError(f"cpu_chunks must be at least 1, got {cpu_chunks}")
+        check_cpu_chunks(cpu_chunks)
         self.plan, self.pair, self.cpu_chunks = plan, pair, cpu_chunks
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:

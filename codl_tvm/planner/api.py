@@ -10,6 +10,7 @@ from typing import Any
 import tvm
 
 from ..device import DevicePair
+from ..geometry import check_cpu_chunks
 from ..plan import Chain, OpPlacement, Plan
 from .costs import (
     BlockCopyCosts,
@@ -179,8 +180,7 @@ def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | No
     in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (a CUDA
     pair by default; ``block_copies=False``: plans for ``compile(..., block_copies=False)``).
     ``cpu_chunks``: plans for ``compile(..., cpu_chunks=N)`` (None: the pair's default)."""
-    if cpu_chunks is not None and cpu_chunks < 1:
-        raise ValueError(f"cpu_chunks must be at least 1, got {cpu_chunks}")
+    check_cpu_chunks(cpu_chunks)
     if costs is None:
         return None
     if pair.is_cpu_only:
