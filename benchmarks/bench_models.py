@@ -62,7 +62,8 @@ def build(args: argparse.Namespace) -> int:
         mod = codl_tvm.load_model(zoo.get(model))
         jobs += oracle_jobs(build_graph(mod), model=model)
         entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle,
-                             block_copies=blocks, guard=args.guard)
+                             block_copies=blocks, guard=args.guard,
+                             candidates=args.candidates)
         print(f"{model}: {len(entry['plans'])} plans, {time.time() - t0:.0f} s", flush=True)
     if not args.oracle_samples and not args.no_oracle_bundle:
         from codl_tvm.profiler.bundle import build_bundle
@@ -101,6 +102,7 @@ def report(args: argparse.Namespace) -> int:
     doc = {"sms": args.sms, "gpu": args.gpu, "rows": rows}
     write_json(args.output, doc, dumps=lambda d: json.dumps(d, indent=1) + "\n")
     print(markdown_table(rows))
+    print(candidates_table(rows))
     print(prediction_table(rows))
     return 0
 
@@ -139,7 +141,8 @@ def _plan_alone(mine: dict[str, dict]) -> str:
     if guard is None:
         return "-"
     ms = guard["latency_ms"]
-    single = min(ms["gpu-only"], ms["cpu-only"])
+    # a plan on one processor has no alternative of that name: it is its own
+    single = min(ms.get("gpu-only", ms["plan"]), ms.get("cpu-only", ms["plan"]))
     return f"{single / ms['plan']:.2f} ({guard['chosen']})"
 
 
@@ -148,6 +151,25 @@ def own_latency_ms(row: dict) -> float:
     row's ``latency_ms`` is then what the guard ran, often another build)."""
     guard = row.get("guard")
     return guard["latency_ms"]["plan"] if guard else row["latency_ms"]
+
+
+def candidates_table(rows: list[dict]) -> str:
+    """Per model whose codl plan was guarded with candidates (``build --guard
+    --candidates``): each build's speedup over the best single processor as the guard timed
+    them where the artifact loaded, and what it ran; empty where no plan had candidates."""
+    guards = {r["model"]: r["guard"] for r in rows if r["plan"] == "codl" and r.get("guard")}
+    names = sorted({n for g in guards.values() for n in g["latency_ms"]
+                    if n.startswith("plan-")}, key=lambda n: float(n.rsplit("x", 1)[1]))
+    if not names:
+        return ""
+    out = ["| model | plan | " + " | ".join(names) + " | guard ran |",
+           "|---|---:|" + "---:|" * len(names) + "---|"]
+    for model, g in guards.items():
+        ms = g["latency_ms"]
+        single = min(ms.get("gpu-only", ms["plan"]), ms.get("cpu-only", ms["plan"]))
+        cells = [f"{single / ms[n]:.2f}" if n in ms else "-" for n in ("plan", *names)]
+        out.append(f"| {model} | " + " | ".join(cells) + f" | {g['chosen']} |")
+    return "\n".join(out)
 
 
 def prediction_table(rows: list[dict], band: float = 0.15) -> str:
@@ -195,6 +217,9 @@ def main() -> int:
     b.add_argument("--guard", action="store_true",
                    help="plans that use both processors run the fastest of themselves, "
                         "GPU-only and CPU-only, timed where they load (compile's guard)")
+    b.add_argument("--candidates", action="store_true",
+                   help="codl's plan also holds its candidates for other CPU speeds "
+                        "(codl_tvm.planner.candidates); with --guard the fastest runs")
     b.add_argument("--bundle-mb", type=int, default=8, help="size cap of the oracle bundle")
     b.add_argument("--no-oracle-bundle", action="store_true")
     b.add_argument("--pack", help="also write this .tgz of the output (what travels)")

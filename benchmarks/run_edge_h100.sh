@@ -18,7 +18,7 @@
 # TAG names a variant build in the result files (e.g. kernel-slices: both checks scripts'
 # build --no-block-copies; codl: build_options.py build --plans-from, under benchmarks/results/).
 # Here: calibrate, plan and build (benchmarks/BENCH.md "Reproduce"), pack bench.tgz; there:
-#   bash benchmarks/run_edge_h100.sh bench     # -> $OUT/bench-{full,edge}.json
+#   bash benchmarks/run_edge_h100.sh bench [edge|full]  # -> $OUT/bench-{full,edge}.json
 set -euo pipefail
 STAGE=$1
 TAG=${2:-}  # checks, options: a variant build's name in the result files
@@ -67,13 +67,19 @@ checks)  # verify_models.py build -o .devcarry/verify; split_determinism.py buil
       -o "$OUT/$D.json" 2>&1 | grep -v Warn | awk '$2 != "0.00e+00"' | tail -20 \
       || echo "$D failed"
   done ;;
-bench)
+bench)  # $2: both (default), edge or full
   tar xzf .devcarry/bench.tgz -C /tmp/work
+  ON=${2:-both}
   BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14"
-  timeout 280 $BENCH /tmp/work/bench-full -o "$OUT/bench-full.json" --deadline-s 250 \
-    > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
-  edge timeout 290 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 260 \
-    > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
-  tail -n 40 "$OUT/bench-full.log" "$OUT/bench-edge.log" ;;
+  if [ "$ON" != edge ]; then
+    timeout 280 $BENCH /tmp/work/bench-full -o "$OUT/bench-full.json" --deadline-s 250 \
+      > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
+    tail -n 40 "$OUT/bench-full.log"
+  fi
+  if [ "$ON" != full ]; then
+    edge timeout 400 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 370 \
+      > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
+    tail -n 40 "$OUT/bench-edge.log"
+  fi ;;
 *) echo "stage: calib | oracle | options | checks | bench" >&2; exit 1 ;;
 esac

@@ -174,10 +174,12 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         GPU while the next one computes; None: :attr:`DevicePair.cpu_chunks` (2 where copies
         overlap kernels, else 1). Recorded in the manifest (``cpu_chunks``).
     guard : bool
-        Where ``plan`` uses both processors, also build the model on each processor alone
-        (:attr:`Executable.alternatives`): the runtime times the three where it loads the
-        artifact and runs the fastest, so the plan never runs slower than a single processor
-        of the machine at hand (a predictor fitted on another machine can misjudge its
+        Where ``plan`` uses both processors, also build the model on each processor alone,
+        and each of ``plan.candidates`` (:attr:`Executable.alternatives`,
+        :func:`guard_plans`): the runtime times them all where it loads the artifact and
+        runs the fastest, so the plan never runs slower than a single processor of the
+        machine at hand, and a candidate planned for other processor speeds runs where
+        those are the machine's (a predictor fitted on another machine can misjudge its
         speeds). Loading then takes a few runs of each.
     """
     if plan is not None:
@@ -209,11 +211,26 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     manifest["cuda_graph"] = any(gv.name_hint.endswith("cuda_graph_capture")
                                  for gv in lowered.functions)
     exe = Executable(vm_exec, manifest, params, lowered)
-    if guard and plan is not None and plan.single_device() is None:
-        for role in ("gpu", "cpu"):  # the same build options, one processor
-            exe.alternatives[f"{role}-only"] = compile(mod, pair, Plan.single(mod, role),
-                                                       **options)
+    if guard and plan is not None:
+        split_options = {"block_copies": block_copies, "block_in_kernels": block_in_kernels,
+                         "cpu_chunks": cpu_chunks}
+        for name, alt in guard_plans(mod, plan).items():  # the same build options
+            exe.alternatives[name] = compile(mod, pair, alt, **options, **(
+                split_options if alt.single_device() is None else {}))
     return exe
+
+
+def guard_plans(mod: tvm.IRModule, plan: Plan) -> dict[str, Plan]:
+    """What a guarded build of ``plan`` holds beside it, by name: its candidates
+    (``plan-LABEL``) and the model on each processor alone that the plan (or a candidate)
+    does not already run; nothing where all of them keep to one processor."""
+    plans = {f"plan-{label}": cand for label, cand in plan.candidates.items()}
+    if all(p.single_device() is not None for p in (plan, *plans.values())):
+        return {}
+    for role in ("gpu", "cpu"):
+        if plan.single_device() != role:
+            plans[f"{role}-only"] = Plan.single(mod, role)
+    return plans
 
 
 def _warn_old_switches() -> None:

@@ -11,12 +11,16 @@ Example::
         "conv2d_1": {"place": "gpu"},
         "max_pool2d_0": {"place": "split", "dim": "H", "ratio": 0.7}
       },
-      "chains": [{"ops": ["conv2d_0", "max_pool2d_0"], "dim": "H", "ratio": 0.7}]
+      "chains": [{"ops": ["conv2d_0", "max_pool2d_0"], "dim": "H", "ratio": 0.7}],
+      "candidates": {"cpu-x1.25": {"format": "codl-tvm-plan", ...}}
     }
 
 ``ratio`` is the GPU's share of the split dimension (rounded to whole rows/channels). Ops the
 plan does not name run on the GPU. A chain is a run of consecutive ops that share one split, so
-data crosses devices only at the chain's ends (CoDL section 4.2).
+data crosses devices only at the chain's ends (CoDL section 4.2). ``candidates`` (optional)
+are other plans of the same model, by label: ``compile(..., guard=True)`` builds each beside the
+plan, and the runtime runs the fastest where it loads the artifact
+(:mod:`codl_tvm.planner.candidates`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +43,7 @@ from .outputs import write_json
 from .unit_geometry import split_extent
 
 FORMAT = "codl-tvm-plan"
+CANDIDATE_LABEL = re.compile(r"[a-z0-9][a-z0-9.-]{0,31}")  # a folder name in an artifact
 VERSION = 1
 PLACES = ("cpu", "gpu", "split")
 DIMS = ("H", "OC")
@@ -95,6 +101,9 @@ class Plan:
         Hash of the model's op shapes; a plan for another model is rejected.
     io_device : {"gpu", "cpu"}
         Device that holds the model's inputs and outputs.
+    candidates : dict[str, Plan]
+        Other plans of the model by label (lower-case letters, digits, ``.`` and ``-``), built
+        beside this one by ``compile(..., guard=True)``; the runtime runs the fastest.
     """
 
     ops: dict[str, OpPlacement] = field(default_factory=dict)
@@ -102,6 +111,7 @@ class Plan:
     fingerprint: str | None = None
     num_ops: int | None = None
     io_device: str = "gpu"
+    candidates: dict[str, Plan] = field(default_factory=dict)
 
     # ---- constructors -------------------------------------------------------------------
     @classmethod
@@ -154,7 +164,8 @@ class Plan:
             "io_device": self.io_device,
             "ops": {k: v.to_json() for k, v in self.ops.items()},
             "chains": [c.to_json() for c in self.chains],
-        }
+        } | ({"candidates": {k: c.to_json() for k, c in self.candidates.items()}}
+             if self.candidates else {})
 
     @classmethod
     def from_json(cls, doc: Any, source: str = "plan") -> Plan:
@@ -174,6 +185,7 @@ class Plan:
             plan.ops[op_id] = _placement_from_json(op_id, entry, source)
         for i, entry in enumerate(doc.get("chains") or []):
             plan.chains.append(_chain_from_json(i, entry, source))
+        plan.candidates = _candidates_from_json(doc.get("candidates"), source)
         return plan
 
     @classmethod
@@ -224,6 +236,11 @@ class Plan:
                 if op_id in seen:
                     raise PlanError(f"op {op_id} is in more than one chain")
                 seen.add(op_id)
+        for label, cand in self.candidates.items():
+            try:
+                cand.validate(mod)
+            except PlanError as err:
+                raise PlanError(f"candidate {label!r}: {err}") from None
 
 
 def _check_ratio(op_id: str, ratio: Any) -> float:
@@ -253,3 +270,17 @@ def _chain_from_json(i: int, entry: Any, source: str) -> Chain:
     return Chain(list(ops), entry["dim"], _check_ratio(f"chain {i}", entry.get("ratio")))
 
 
+def _candidates_from_json(doc: Any, source: str) -> dict[str, Plan]:
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise PlanError(f"{source}: candidates must be an object of label -> plan")
+    out = {}
+    for label, entry in doc.items():
+        if not CANDIDATE_LABEL.fullmatch(str(label)):
+            raise PlanError(f"{source}: candidate label {label!r} must be 1-32 lower-case "
+                            "letters, digits, '.' or '-'")
+        if isinstance(entry, dict) and entry.get("candidates"):
+            raise PlanError(f"{source}: candidate {label!r} has candidates of its own")
+        out[label] = Plan.from_json(entry, source=f"{source}, candidate {label!r}")
+    return out

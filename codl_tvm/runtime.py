@@ -178,10 +178,10 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
     """Load an artifact folder written by :meth:`codl_tvm.Executable.export`; ``params``
     replaces its weights (its own, or random ones where it was exported without).
 
-    An artifact built with alternatives (``compile(..., guard=True)``: the plan's best single
-    processors) is timed here against them, and the fastest is returned (:func:`fastest`;
-    its ``choice`` says what was measured), unless ``choose`` is False or ``params`` is given
-    (the alternatives hold weights of their own)."""
+    An artifact built with alternatives (``compile(..., guard=True)``: the plan's single
+    processors and its candidates) is timed here against them, and the fastest is returned
+    (:func:`fastest`; its ``choice`` says what was measured), unless ``choose`` is False or
+    ``params`` is given (the alternatives hold weights of their own)."""
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text())

@@ -45,12 +45,17 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-chunks", type=int, default=None, metavar="N",
                    help="price row splits as `compile --cpu-chunks N` builds them (default: "
                         "the pair's, 2 where copies overlap kernels)")
+    p.add_argument("--candidates", action="store_true",
+                   help="also plan for a CPU slower or faster than predicted and keep the "
+                        "distinct plans as candidates: `compile --guard` builds them beside "
+                        "the plan and the runtime runs the fastest")
 
 
 def _run_plan(args: argparse.Namespace) -> int:
     from ..explain import format_table, plan_rows
     from ..geometry import check_cpu_chunks
     from ..planner.api import make_plan, resolve_costs
+    from ..planner.opgraph import build_graph
 
     check_cpu_chunks(args.cpu_chunks, "--cpu-chunks")  # before any work
     mod, pair, cache = _load(args, args.output)
@@ -59,12 +64,24 @@ def _run_plan(args: argparse.Namespace) -> int:
         want = "measured" if STRATEGIES[args.strategy].measured else args.predictor
         costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies,
                               cpu_chunks=args.cpu_chunks)
-    result = make_plan(mod, args.strategy, costs)
+    mg = build_graph(mod)
+    result = make_plan(mg, args.strategy, costs)
+    found = {}
+    if args.candidates and costs is not None:
+        from ..planner.candidates import with_candidates
+
+        found = with_candidates(result, mg, costs, args.strategy)
     result.plan.save(args.output, inputs=[path for path in (args.model, args.predictor, cache)
                                           if path and Path(path).exists()])
     print(format_table(plan_rows(mod, result.plan),
                        ["op", "kind", "out", "place", "dim", "ratio", "chain"]))
     src = costs.label if costs is not None else "no costs"
+    for label, res in found.items():
+        splits = sum(p.place == "split" for p in res.plan.ops.values())
+        print(f"candidate {label}: {splits} split ops, predicted {res.predicted_us / 1e3:.3f} ms "
+              f"on its costs")
+    if args.candidates and not found:
+        print("candidates: none (every CPU speed tried gives this plan or one processor)")
     print(f"{args.strategy}: predicted {result.predicted_us / 1e3:.3f} ms ({src}); "
           f"wrote {args.output}")
     return 0
@@ -82,6 +99,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--guard", action="store_true",
                    help="with --bundle: plans that use both processors run the fastest of "
                         "themselves, gpu-only and cpu-only, timed where they load")
+    p.add_argument("--candidates", action="store_true",
+                   help="with --bundle --guard: codl's plan also holds its candidates for a "
+                        "CPU slower or faster than predicted (see `plan --candidates`)")
     add_rpc_arguments(p)
 
 
@@ -126,7 +146,7 @@ def _write_bundle(args: argparse.Namespace, mod, pair, names, costs, oracle) -> 
     if args.guard:  # the alternatives every guarded plan refers to
         names = list(dict.fromkeys(["gpu-only", "cpu-only", *names]))
     entry = bundle.build(args.bundle, Path(args.model).stem, mod, pair, names, costs, oracle,
-                         guard=args.guard)
+                         guard=args.guard, candidates=args.candidates)
     distinct = sum("same_as" not in p for p in entry["plans"].values())
     print(f"wrote {len(entry['plans'])} plans ({distinct} distinct) of {args.model} to "
           f"{args.bundle}; on the target: python -m codl_tvm.planner.bundle {args.bundle} "

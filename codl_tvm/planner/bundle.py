@@ -35,18 +35,22 @@ INDEX = "index.json"
 
 def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], costs: Any,
           oracle_costs: Any = None, block_copies: bool | None = None,
-          guard: bool = False) -> dict[str, Any]:
+          guard: bool = False, candidates: bool = False) -> dict[str, Any]:
     """Plan ``mod`` with every strategy of ``names``, export each distinct plan under
     ``out/model/``, and record the model in ``out/index.json``; returns its index entry.
     ``block_copies``: passed to ``compile`` (price the plans so too). ``guard``: a plan that
     uses both processors refers to the bundle's ``cpu-only`` and ``gpu-only`` artifacts as
     its alternatives (``compile(..., guard=True)`` without building them twice; both must be
-    among ``names``).
+    among ``names``). ``candidates``: the ``codl`` plan also holds its candidates for other
+    processor speeds (:mod:`codl_tvm.planner.candidates`), built into its artifact where it is
+    guarded.
 
     Plans of the model built earlier into the same folder (for the same pair) and not named
     in ``names`` are kept, so a plan can be added or rebuilt on its own."""
     from .. import compile as codl_compile
+    from ..executable import guard_plans
     from .bench import plan_all, plan_key
+    from .candidates import with_candidates
     from .opgraph import build_graph
     from .search import Evaluator
 
@@ -66,6 +70,8 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     # plans kept from an earlier build of this model stay the representatives of their content
     reps: dict[str, str] = {p["key"]: n for n, p in kept.items() if "same_as" not in p}
     results = plan_all(mg, names, costs, oracle_costs)
+    if candidates and "codl" in results:
+        with_candidates(results["codl"], mg, costs)
     if guard:  # the single-processor plans first: the others refer to their artifacts
         if not {"gpu-only", "cpu-only"} <= results.keys():
             raise ValueError("a guarded bundle needs the gpu-only and cpu-only plans")
@@ -76,9 +82,11 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
         if rep == name:
             # the bundle's own artifact of an earlier build of this plan is replaced
             exe = codl_compile(mod, pair, res.plan, block_copies=block_copies)
-            if guard and res.plan.single_device() is None:
-                exe.alternatives = {single: f"../{reps[plan_key(results[single].plan)]}"
-                                    for single in ("gpu-only", "cpu-only")}
+            if guard:  # the singles are the bundle's; candidates are built into the plan's
+                exe.alternatives = {
+                    alt: f"../{reps[plan_key(results[alt].plan)]}" if alt in results
+                    else codl_compile(mod, pair, p, block_copies=block_copies)
+                    for alt, p in guard_plans(mod, res.plan).items()}
             exe.export(out / model / name, weights=False, overwrite=True)
         res.plan.save(out / model / f"{name}.plan.json")
         entry["plans"][name] = {
