@@ -49,6 +49,9 @@ def project(d: Path) -> None:
     doc = codl_tvm.Plan.uniform(mod, "H", 0.5).to_json()
     doc["ops"]["conv2d_0"]["ratio"] = 1.5
     (d / "bad-ratio.json").write_text(json.dumps(doc))
+    doc = codl_tvm.Plan.uniform(mod, "H", 0.5).to_json()
+    doc["candidates"] = {"CPU x2": codl_tvm.Plan.uniform(mod, "H", 0.75).to_json()}
+    (d / "bad-candidate.json").write_text(json.dumps(doc))
     dyn = onnx.load(d / "model.onnx")
     dyn.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     onnx.save(dyn, d / "dynamic.onnx")
@@ -80,6 +83,8 @@ CASES = [
                                   "unknown-op.json", "-o", "a"]),
     ("plan ratio outside (0, 1)", ["compile", "model.onnx", "--pair", "cpu-pair", "--plan",
                                    "bad-ratio.json", "-o", "a"]),
+    ("plan candidate with a bad label", ["compile", "model.onnx", "--pair", "cpu-pair",
+                                         "--plan", "bad-candidate.json", "--guard", "-o", "a"]),
     ("output is the working directory", ["compile", "model.onnx", "--pair", "cpu-pair",
                                          "-o", "."]),
     ("output is a parent folder", ["compile", "model.onnx", "--pair", "cpu-pair", "-o", ".."]),

@@ -1,7 +1,7 @@
 """Candidate plans: the same strategy planned for other relative speeds of the two processors.
 
 A predictor fitted on one machine misjudges another's CPU against its GPU, and a plan is only
-as good as that ratio: on the GPU machine's instances the CPU ran a whole model 0.85-1.4x as
+as good as that ratio: on the GPU machine's instances the CPU ran a whole model 0.8-1.4x as
 long, relative to the GPU, as predicted (``benchmarks/BENCH.md``, predicted against measured
 single-processor latencies). Splits then give the CPU too many rows or too few. Rather than
 trust one ratio, the planner also plans with the CPU's kernels :data:`CPU_SCALES` times as
