@@ -275,11 +275,15 @@ def run(args: argparse.Namespace) -> int:
     if args.omp_passive:  # before torch loads OpenMP: its workers sleep when idle
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     warnings.filterwarnings("ignore")
-    import torch
-
-    torch.set_num_threads(args.threads)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
+    try:
+        import torch
+    except ModuleNotFoundError:  # its anchors are skipped (rows say why)
+        torch = None
+        print("no PyTorch here: only onnxruntime is timed beside codl-tvm", file=sys.stderr)
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
     from codl_tvm import runtime
 
     root = Path(args.artifacts)
@@ -287,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         p.name for p in root.iterdir() if (p / "meta.json").exists()))]
     cuda = any(json.loads((f / "meta.json").read_text())["pair"]["gpu"]["kind"] == "cuda"
                for f in folders)
-    gpu = cuda and torch.cuda.is_available() and runtime.enable_cuda()
+    gpu = cuda and torch is not None and torch.cuda.is_available() and runtime.enable_cuda()
     args.devices = {"cpu_name": am.cpu_name()} | (
         {"gpu_name": torch.cuda.get_device_name(0)} if gpu else {})
     if cuda and gpu and args.warm_jobs > 1:

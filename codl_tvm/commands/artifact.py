@@ -46,7 +46,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "gpu_winograd=on|off, cpu_matmul=packed|streamed, "
                         "gpu_matmul=TABLE|dlight, gpu_prefetch=on|off, cpu_prepack=on|off "
                         "(off: the CPU kernels pack their weights on every call), "
-                        "cpu_fast_math=on|off (off: exact scalar exp/erf/tanh on the CPU); "
+                        "cpu_fast_math=on|off (off: exact scalar exp/erf/tanh on the CPU), "
+                        "cpu_depthwise_blocks=on|off (off: the CPU's depthwise conv runs one "
+                        "row per task, its padding and epilogue in passes of their own); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "
@@ -80,6 +82,9 @@ def _run_compile(args: argparse.Namespace) -> int:
     mod = load_model(args)
     pair = DevicePair.parse(args.pair, arch=args.arch)
     plan = Plan.load(args.plan) if args.plan else None
+    if plan is not None and plan.candidates and not args.guard:
+        print(f"the plan's {len(plan.candidates)} candidates are built with --guard only; "
+              "building the plan alone", file=sys.stderr)
     exe = compile(mod, pair, plan, variants=variants, fuse=not args.no_fuse,
                   cuda_graph=args.cuda_graph, overlap=False if args.no_overlap else None,
                   block_copies=args.block_copies, guard=args.guard,

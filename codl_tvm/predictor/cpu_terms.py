@@ -260,19 +260,27 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
 
 
 def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
-    """depthwise-direct: one task per (channel, row), output columns in SIMD lanes. A
-    stride-2 input vector is gathered from ``lanes`` scalar loads and inserts (the compiled
-    kernel's assembly: ~30 instructions for 2), so strided window steps have their own unit
-    time; a fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
+    """depthwise-direct: one task per block of output rows of a channel
+    (:func:`codl_tvm.tiling.depthwise_rows`; one row where the kernel variant
+    ``cpu_depthwise_blocks`` is off), output columns in SIMD lanes. A stride-2 input vector is
+    gathered from ``lanes`` scalar loads and inserts (the compiled kernel's assembly: ~30
+    instructions for 2), so strided window steps have their own unit time; the padded input
+    rows (each task's own, or one pass over the whole input), the output written out, and a
+    fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
+    blocks = m.variants.cpu_depthwise_blocks
+    rows = tiling.depthwise_rows(1, s.OC, s.out_h, m.cores, blocks)
+    tasks = s.OC * _cdiv(s.out_h, rows)
     vx = _cdiv(s.out_w, m.lanes)
-    waves = _cdiv(s.OC * s.out_h, m.cores)
+    waves = _cdiv(tasks, m.cores)
     hp, wp = padded_in(s, vx * m.lanes)
+    pad_rows = (rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1
+    padded = tasks * pad_rows * wp if blocks else s.IC * hp * wp
     strided = s.SW > 1
     return [
-        waves * vx * s.reduction * (not strided),
-        waves * vx * s.reduction * strided,
-        waves * vx,
-        s.IC * hp * wp / m.cores,
+        waves * rows * vx * s.reduction * (not strided),
+        waves * rows * vx * s.reduction * strided,
+        waves * rows * vx,
+        padded / m.cores,
         s.out_elems / m.cores,
         waves,
     ]

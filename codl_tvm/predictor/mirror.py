@@ -106,11 +106,13 @@ def _cpu_direct(s: OpSpec, m: Machine) -> Kernel | None:
     return Kernel("direct-nchwc", tiling.direct_tasks(conv_shape(s), m))
 
 
-def _cpu_grouped(s: OpSpec, _m: Machine) -> Kernel | None:
+def _cpu_grouped(s: OpSpec, m: Machine) -> Kernel | None:
     if s.kind not in ("conv2d", "depthwise"):
         return None
     depthwise = s.groups == s.IC == s.OC
-    return Kernel("depthwise-direct" if depthwise else "group-direct", s.OC * s.out_h)
+    rows = tiling.depthwise_rows(1, s.OC, s.out_h, m.cores, m.variants.cpu_depthwise_blocks)
+    return Kernel("depthwise-direct" if depthwise else "group-direct",
+                  s.OC * ((s.out_h + rows - 1) // rows))
 
 
 def _cpu_pool(s: OpSpec, _m: Machine) -> Kernel | None:

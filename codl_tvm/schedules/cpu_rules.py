@@ -48,11 +48,18 @@ def grouped_compute(c: Conv2DInfo, t: TargetInfo):
 
 
 def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
+    """A task per block of output rows of one channel (:func:`tiling.depthwise_rows`), output
+    columns in SIMD lanes. With ``cpu_depthwise_blocks`` (the default) a task pads the input
+    rows it reads and writes its rows out (the epilogue goes there too) itself, in its cache;
+    off, padding and write-out are parallel passes of their own over the whole tensors."""
+    blocks = tiling.current_variants().cpu_depthwise_blocks
+    rows = tiling.depthwise_rows(c.n, c.oc, c.oh, t.cores, blocks)
     conv = sch.get_sblock("codl_conv")
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+    yo, yi = sch.split(y, [None, rows])
     xo, xi = sch.split(x, [None, t.lanes])
-    sch.reorder(n, f, y, xo, rc, ry, rx, xi)
-    task = sch.fuse(n, f, y)
+    sch.reorder(n, f, yo, yi, xo, rc, ry, rx, xi)
+    task = sch.fuse(n, f, yo)
     sch.parallel(task)
     acc = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(acc, xo)
@@ -60,14 +67,18 @@ def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> 
     sch.decompose_reduction(conv, rc)
     sch.vectorize(sch.get_loops(sch.get_sblock("codl_conv_init"))[-1])
     sch.vectorize(sch.get_loops(acc)[-1])
-    for name in ("codl_pad", "codl_unpack"):
-        loops = sch.get_loops(sch.get_sblock(name))
-        sch.parallel(sch.fuse(*loops[:-1]))
-    tasks = c.n * c.oc * c.oh
+    if blocks:
+        sch.compute_at(sch.get_sblock("codl_pad"), task)
+        sch.reverse_compute_at(sch.get_sblock("codl_unpack"), task)
+    else:
+        for name in ("codl_pad", "codl_unpack"):
+            loops = sch.get_loops(sch.get_sblock(name))
+            sch.parallel(sch.fuse(*loops[:-1]))
+    tasks = c.n * c.oc * math.ceil(c.oh / rows)
     return Blocking(
         algorithm="depthwise-direct" if c.depthwise else "group-direct", processor="cpu",
         op="depthwise_conv2d" if c.depthwise else "group_conv2d",
-        output_size=c.n * c.oc * c.oh * c.ow, block_shape={"oc": 1, "h": 1, "w": c.ow},
+        output_size=c.n * c.oc * c.oh * c.ow, block_shape={"oc": 1, "h": rows, "w": c.ow},
         basic_unit_shape={"w": t.lanes}, num_blocks=tasks, cores=t.cores,
         vector_lanes=t.lanes, grid={"parallel": tasks}, rule=rule,
     )

@@ -16,12 +16,14 @@ from .common import (
     Simd,
 )
 from .cpu import (
+    DW_TASKS_PER_CORE,
     M_TILE,
     MAX_VECS,
     MM_MAX_BLOCKS_PER_TASK,
     MM_SPREAD_BYTES,
     MM_SPREAD_MIN_CORES,
     R_TILE,
+    depthwise_rows,
     direct_tasks,
     direct_tiles,
     gemm_applies,
@@ -101,6 +103,8 @@ __all__ = [
     "MM_SPREAD_MIN_CORES",
     "matmul_vector_block",
     "pool_copies_rows",
+    "DW_TASKS_PER_CORE",
+    "depthwise_rows",
     "matmul_blocks_per_task",
     "Tile",
     "SMEM_BANKS",

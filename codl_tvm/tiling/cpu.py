@@ -150,3 +150,17 @@ def pool_copies_rows(is_max: bool, padded_rows: int) -> bool:
     gathers) already and ran up to 1.34x slower with copied rows, so they keep the inlined
     pad (``benchmarks/results/padpool-h100``)."""
     return is_max and padded_rows > 0
+
+
+# ---- CPU grouped/depthwise conv (mirror of cpu_rules.schedule_grouped) -----------------------
+DW_TASKS_PER_CORE = 8  # tasks per core a depthwise conv keeps, for balance across cores
+
+
+def depthwise_rows(n: int, oc: int, oh: int, cores: int, blocks: bool = True) -> int:
+    """Output rows of one channel that one task of the CPU's grouped/depthwise conv computes:
+    as many as keep :data:`DW_TASKS_PER_CORE` tasks per core, so a task's padded input rows
+    and its epilogue stay in its cache and each input row is read from memory once, not once
+    per window row; 1 where ``blocks`` is off (``KernelVariants.cpu_depthwise_blocks``)."""
+    if not blocks:
+        return 1
+    return max(1, min(oh, n * oc * oh // (DW_TASKS_PER_CORE * max(cores, 1))))

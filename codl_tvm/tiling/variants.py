@@ -19,7 +19,8 @@ from .gpu_tiles import variant_names
 
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
-BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math")
+BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
+               "cpu_depthwise_blocks")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,11 @@ class KernelVariants:
         On (the default): exp, erf, tanh, softmax and GELU placed on the CPU compute TVM's
         vectorizing approximations (``topi.fast_exp`` ...; :mod:`codl_tvm.passes.cpu_fast_math`);
         off: LLVM's scalar library calls, one element at a time.
+    cpu_depthwise_blocks : bool
+        On (the default): a task of the CPU's grouped/depthwise conv computes a block of
+        output rows of one channel (:func:`codl_tvm.tiling.depthwise_rows`), pads the input
+        rows it reads and runs the epilogue on its rows while they are in its cache; off: one
+        row per task, the input padded and the epilogue run in passes of their own.
     """
 
     gpu_conv: str = "tiled"
@@ -71,6 +77,7 @@ class KernelVariants:
     gpu_prefetch: bool = True
     cpu_prepack: bool = True
     cpu_fast_math: bool = True
+    cpu_depthwise_blocks: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -147,7 +154,7 @@ _BOOLS = {"on": True, "1": True, "true": True, "yes": True,
           "off": False, "0": False, "false": False, "no": False}  # fmt: skip
 DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
-BEFORE: dict[str, Any] = {"cpu_prepack": False}
+BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
