@@ -130,6 +130,12 @@ def test_plan_command_writes_the_candidates_and_names_them(tmp_path, capsys):
     for name, cand in plan.candidates.items():
         assert cand.single_device() is None and (cand.ops, cand.chains) != (plan.ops, plan.chains)
         assert f"candidate {name}: " in printed
+    # explain prices each candidate on the same costs
+    assert main(["explain", "vgg-16", "--pair", "x86-cuda", "--arch", "sm_90", "--plan",
+                 str(out), "--predictor", str(pred), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["candidates"]) == set(plan.candidates)
+    assert all(c["split_ops"] > 0 and c["coexec"] > 0 for c in doc["candidates"].values())
 
 
 def test_bench_report_gives_each_candidates_speedup_and_the_guards_choice():

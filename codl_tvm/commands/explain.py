@@ -77,15 +77,22 @@ def _run(args: argparse.Namespace) -> int:
     costs, pair_name = _costs(args)
     result = explain(mod, plan, costs)
     tl = result.timeline
+    # a plan's candidates (`plan --candidates`): what the same costs make of each
+    cands = {label: {"split_ops": sum(p.place == "split" for p in cand.ops.values()),
+                     "coexec": explain(mod, cand, costs).timeline.coexec_us}
+             for label, cand in plan.candidates.items()}
     if args.json:
         print(json.dumps({"rows": result.rows, "source": result.source, "unit": result.unit,
                           "coexec": tl.coexec_us, "share": tl.share_us,
                           "cpu_only": tl.cpu_only_us, "gpu_only": tl.gpu_only_us,
-                          "notes": result.notes}, indent=1))  # fmt: skip
+                          "notes": result.notes, "candidates": cands}, indent=1))  # fmt: skip
     else:
         print(f"{Path(args.model).stem} on {pair_name}, plan {args.plan}")
         print(result.table())
         print(result.summary())
+        for label, c in cands.items():
+            print(f"candidate {label}: {c['split_ops']} split ops, {c['coexec']:.1f} "
+                  f"{result.unit} on these costs (a guarded build runs the fastest)")
         for note in result.notes:
             print(f"note: {note}")
     if args.png:
