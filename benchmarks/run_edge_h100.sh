@@ -19,6 +19,8 @@
 # build --no-block-copies; codl: build_options.py build --plans-from, under benchmarks/results/).
 # Here: calibrate, plan and build (benchmarks/BENCH.md "Reproduce"), pack bench.tgz; there:
 #   bash benchmarks/run_edge_h100.sh bench [edge|full]  # -> $OUT/bench-{full,edge}.json
+#     (a variant build carried as bench-edge-TAG is timed too, in the same call:
+#     $OUT/bench-edge-TAG.json; the edge time is shared between the builds)
 set -euo pipefail
 STAGE=$1
 TAG=${2:-}  # checks, options: a variant build's name in the result files
@@ -76,10 +78,14 @@ bench)  # $2: both (default), edge or full
       > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
     tail -n 40 "$OUT/bench-full.log"
   fi
-  if [ "$ON" != full ]; then
-    edge timeout 400 $BENCH /tmp/work/bench-edge -o "$OUT/bench-edge.json" --deadline-s 370 \
-      > "$OUT/bench-edge.log" 2>&1 || echo "bench-edge: see bench-edge.log"
-    tail -n 40 "$OUT/bench-edge.log"
+  if [ "$ON" != full ]; then  # bench-edge and any variant build beside it (bench-edge-TAG)
+    DIRS=$(cd /tmp/work && ls -d bench-edge*)
+    N=$(echo $DIRS | wc -w)
+    for D in $DIRS; do
+      edge timeout $((540 / N)) $BENCH /tmp/work/$D -o "$OUT/$D.json" \
+        --deadline-s $((500 / N)) > "$OUT/$D.log" 2>&1 || echo "$D: see $D.log"
+      tail -n 40 "$OUT/$D.log"
+    done
   fi ;;
 *) echo "stage: calib | oracle | options | checks | bench" >&2; exit 1 ;;
 esac

@@ -136,3 +136,26 @@ def test_cli_takes_the_facts_the_profiler_wrote_beside_the_samples(rows, tmp_pat
     (tmp_path / "s.machine.json").write_text(json.dumps({"gpu_sms": 8}))
     assert main(["calibrate", str(PREDICTOR), str(samples), "-o", str(tmp_path / "c.json")]) == 0
     assert load(tmp_path / "c.json").machine_.run_sms == 8
+
+
+def test_calibrate_finds_how_slow_the_gpus_memory_passes_run(rows, tmp_path) -> None:
+    """A GPU whose memory passes run 4x as long (a few SMs pulling the bytes) and whose other
+    work runs 1.1x: calibration finds both factors; the passes' factor prices a Winograd conv
+    (its transforms are passes) up and leaves the CPU as it was."""
+    truth = load(PREDICTOR)
+    truth.speed_ = {"gpu-passes": 4.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        slow = [dict(r, latency_us=float(p) * (1.1 if r["role"] == "gpu" else 1.0))
+                for r, p in zip(rows, truth.predict(rows))]
+    pred = load(PREDICTOR).calibrate(slow)
+    assert pred.speed_ == pytest.approx({"cpu": 1.0, "gpu": 1.1, "gpu-passes": 4.0})
+    plain = load(PREDICTOR)
+    conv = OpSpec("conv2d", 52, 52, 128, 256, 3, 3, 1, 1, (1, 1, 1, 1))
+    assert pred.algorithm("gpu", conv) == "gpu-winograd-2x2-3x3"
+    assert pred.kernel_us("gpu", conv) > 1.5 * 1.1 * plain.kernel_us("gpu", conv)
+    assert pred.kernel_us("cpu", conv) == pytest.approx(plain.kernel_us("cpu", conv))
+    pred.save(tmp_path / "p.json")
+    assert load(tmp_path / "p.json").speed_ == pytest.approx(pred.speed_, rel=1e-6)
+    # the machine the terms were fitted on: its own samples need no factor for the passes
+    assert "gpu-passes" not in load(PREDICTOR).calibrate(_slower(rows, {"cpu": 1, "gpu": 1})).speed_

@@ -155,6 +155,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         X: Sequence[dict[str, Any]],
         min_samples: int = 3,
         machine: dict[str, Any] | None = None,
+        gpu_passes: bool = True,
     ) -> BasePredictor:
         """Fit the predictor to the machine at hand from a few samples profiled there.
 
@@ -166,6 +167,9 @@ class BasePredictor(BaseEstimator, RegressorMixin):
           are taken against the uncalibrated model, so calibrating again replaces the factors.
         - Sharing ops with samples in ``X`` are fitted anew: copies are a fact of the
           target's bus and memory, not a scale of the training machine's.
+        - ``gpu_passes``: a predictor whose terms count the GPU's memory passes (the codl
+          kind) first measures how long they take on the target (``speed_["gpu-passes"]``),
+          and each processor's factor is taken after it; False leaves them as trained.
 
         Returns ``self``.
         """
@@ -174,17 +178,21 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         if not rows or pairs != {self.pair_}:
             raise ValueError(f"calibration needs compute samples of pair {self.pair_!r}; "
                              f"got {sorted(pairs) or 'none'}")  # fmt: skip
-        if machine:
-            self._use_machine(machine)
-        speed: dict[str, float] = {}
-        for role in sorted({r["role"] for r in rows}):
-            sel = [r for r in rows if r["role"] == role]
+        by_role = {role: [r for r in rows if r["role"] == role]
+                   for role in sorted({r["role"] for r in rows})}  # fmt: skip
+        for role, sel in by_role.items():
             if len(sel) < min_samples:
                 raise ValueError(f"calibration needs >= {min_samples} compute samples of "
                                  f"{role}, got {len(sel)}")  # fmt: skip
+        if machine:
+            self._use_machine(machine)
+        extra = self._pass_speed(by_role.get("gpu", [])) if gpu_passes else {}
+        self.speed_ = dict(extra)  # the roles' factors are taken under it
+        speed: dict[str, float] = {}
+        for role, sel in by_role.items():
             raw = [self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel]
             speed[role] = float(np.median([r["latency_us"] / p for r, p in zip(sel, raw)]))
-        self.speed_ = speed
+        self.speed_ = speed | extra
         shared = [r for r in X if r["op"] in SHARING_KINDS and r["pair"] == self.pair_]
         if shared:
             refit = SharingModel().fit(shared).params
@@ -195,6 +203,10 @@ class BasePredictor(BaseEstimator, RegressorMixin):
 
     def _use_machine(self, machine: dict[str, Any]) -> None:
         """Take the target's detected facts (a predictor without such terms ignores them)."""
+
+    def _pass_speed(self, rows: list[dict[str, Any]]) -> dict[str, float]:
+        """Speed factors of the GPU's memory passes from its ``rows`` (none here)."""
+        return {}
 
     def _speed(self, role: str) -> float:
         return getattr(self, "speed_", {}).get(role, 1.0)

@@ -40,6 +40,7 @@ from codl_tvm.predictor.blocking import (
 )
 from codl_tvm.predictor.codl_format import current_key, flat_models, trim_zeros
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
+from codl_tvm.predictor.gpu_passes import PASS_SPEED, fit_pass_speed, scale_passes
 from codl_tvm.predictor.machine import (
     from_detected,
     load_machine,
@@ -254,7 +255,11 @@ class CoDLPredictor(BasePredictor):
             x = recorded_terms(sub, *t["b"])
             t = t["t"]
         else:
-            x = terms(self.family_[role], sub, self.machine_, key.split("/")[2])
+            algo = key.split("/")[2]
+            x = terms(self.family_[role], sub, self.machine_, algo)
+            passes = getattr(self, "speed_", {}).get(PASS_SPEED) if role == "gpu" else None
+            if passes and self.family_[role] == "gpu":
+                x = scale_passes(x, algo, passes)
         # units x terms (a file trims trailing zero units: map stops at the shorter list)
         return max(sum(map(operator.mul, t, x)), self.floor_us_.get(key, 1e-3))
 
@@ -272,6 +277,21 @@ class CoDLPredictor(BasePredictor):
                 AlgorithmFallbackWarning,
                 stacklevel=4,
             )
+
+    def _pass_speed(self, rows: list[dict[str, Any]]) -> dict[str, float]:
+        """How long the GPU's memory passes take on the target, from its GPU ``rows``
+        (:mod:`codl_tvm.predictor.gpu_passes`): a GPU held to a few SMs streams bytes far
+        slower than the one the terms were fitted on, while its compute slows with the SMs
+        the waves already count."""
+        if self.family_.get("gpu") != "gpu":
+            return {}
+
+        def predict_us(factor: float) -> list[float]:
+            self.speed_ = {PASS_SPEED: factor}
+            return [self._kernel_us("gpu", sub_spec(r), r["algorithm"]) for r in rows]
+
+        factor = fit_pass_speed(predict_us, [r["latency_us"] for r in rows])
+        return {PASS_SPEED: factor} if factor != 1.0 else {}
 
     def _use_machine(self, machine: dict[str, Any]) -> None:
         """The GPU's SMs detected on the target (``gpu_sms``) spread the waves of the GPU
