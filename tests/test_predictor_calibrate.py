@@ -159,3 +159,24 @@ def test_calibrate_finds_how_slow_the_gpus_memory_passes_run(rows, tmp_path) -> 
     assert load(tmp_path / "p.json").speed_ == pytest.approx(pred.speed_, rel=1e-6)
     # the machine the terms were fitted on: its own samples need no factor for the passes
     assert "gpu-passes" not in load(PREDICTOR).calibrate(_slower(rows, {"cpu": 1, "gpu": 1})).speed_
+
+
+def test_the_pass_factor_scales_the_memory_passes_and_nothing_else() -> None:
+    """The pass terms are named (``gpu_passes.GPU_PASS_TERMS``): a term added to a GPU model
+    shifts no column the factor scales."""
+    from codl_tvm.predictor.blocking import TERM_NAMES, terms
+    from codl_tvm.predictor.gpu_passes import GPU_PASS_TERMS, scale_passes
+    from codl_tvm.predictor.machine import reference
+
+    specs = {"gpu-conv-tiled": OpSpec("conv2d", 26, 26, 256, 512, 3, 3, pad=(1, 1, 1, 1)),
+             "gpu-winograd-2x2-3x3": OpSpec("conv2d", 52, 52, 128, 256, 3, 3, pad=(1,) * 4),
+             "pool": OpSpec("pool_max", 104, 104, 64, 64, 2, 2, 2, 2),
+             "elementwise": OpSpec("elementwise", 416, 416, 64, 64, 1, 1)}  # fmt: skip
+    assert set(specs) == set(GPU_PASS_TERMS)
+    for algo, spec in specs.items():
+        before = terms("gpu", spec, reference(), algo)
+        after = scale_passes(list(before), algo, 3.0)
+        names = TERM_NAMES[("gpu", algo)]
+        for name, b, a in zip(names, before, after, strict=True):
+            assert a == pytest.approx(3.0 * b if name in GPU_PASS_TERMS[algo] else b), name
+        assert any(a != b for a, b in zip(before, after)), algo

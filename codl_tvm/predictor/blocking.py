@@ -51,6 +51,10 @@ from codl_tvm.predictor.cpu_terms import (
     cpu_winograd,
 )
 from codl_tvm.predictor.gpu_terms import (  # noqa: F401 - resident_blocks: this module's API
+    GPU_ELEMENTWISE_TERMS,
+    GPU_POOL_TERMS,
+    GPU_TILED_TERMS,
+    GPU_WINOGRAD_TERMS,
     _cdiv,
     gpu_dense,
     gpu_elementwise,
@@ -96,6 +100,10 @@ TERM_NAMES: dict[tuple[str, str], tuple[str, ...]] = {
     ("cpu", "gemm-1x1"): ("t0", *CPU_GEMM_TERMS),
     ("cpu", "winograd-2x2-3x3"): ("t0", *CPU_WINOGRAD_TERMS),
     ("cpu", "parallel-loops"): ("t0", *CPU_ELTWISE_TERMS),
+    ("gpu", "gpu-conv-tiled"): ("t0", *GPU_TILED_TERMS),
+    ("gpu", GPU_WINOGRAD): ("t0", *GPU_WINOGRAD_TERMS),
+    ("gpu", "pool"): ("t0", *GPU_POOL_TERMS),
+    ("gpu", "elementwise"): ("t0", *GPU_ELEMENTWISE_TERMS),
 }
 
 

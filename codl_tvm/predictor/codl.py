@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import operator
 import warnings
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -42,21 +42,17 @@ from codl_tvm.predictor.codl_format import current_key, flat_models, trim_zeros
 from codl_tvm.predictor.fitting import IRLS_ITERS, robust_rel_fit
 from codl_tvm.predictor.gpu_passes import PASS_SPEED, fit_pass_speed, scale_passes
 from codl_tvm.predictor.machine import (
-    from_detected,
     load_machine,
     machine_from_facts,
+    machine_from_samples,
     machine_json,
+    row_family,
     variants_json,
 )
 from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
 from codl_tvm.tiling.variants import KernelVariants
-
-
-def _family(row: dict[str, Any]) -> str:
-    """``cpu`` for an llvm kernel whatever its role (the cpu-pair's "gpu" is llvm too)."""
-    return "cpu" if '"llvm"' in str(row.get("target", "")) else "gpu"
 
 
 class AlgorithmFallbackWarning(UserWarning):
@@ -105,10 +101,10 @@ class CoDLPredictor(BasePredictor):
         self.cpu_stream_bytes = cpu_stream_bytes
 
     def _fit_kernels(self, rows: list[dict[str, Any]], y: np.ndarray) -> None:
-        self.family_ = {r["role"]: _family(r) for r in rows}
+        self.family_ = {r["role"]: row_family(r) for r in rows}
         groups: dict[str, list[int]] = defaultdict(list)
         subs = [sub_spec(r) for r in rows]
-        self.machine_ = _machine(rows, getattr(self, "train_machine_", None) or {},
+        self.machine_ = machine_from_samples(rows, getattr(self, "train_machine_", None) or {},
                                  set(self.family_.values()))
         for i, (r, s) in enumerate(zip(rows, subs, strict=True)):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
@@ -242,7 +238,8 @@ class CoDLPredictor(BasePredictor):
             self._fallback[key] = min(same, key=rank) if same else ""
         return self._fallback[key] or None
 
-    def _kernel_us(self, role: str, sub: OpSpec, algorithm: str | None) -> float:
+    def _kernel_us(self, role: str, sub: OpSpec, algorithm: str | None,
+                   passes: float | None = None) -> float:
         key = self._key(role, sub, algorithm)
         t = self.t_.get(key)
         if t is None:
@@ -257,8 +254,9 @@ class CoDLPredictor(BasePredictor):
         else:
             algo = key.split("/")[2]
             x = terms(self.family_[role], sub, self.machine_, algo)
-            passes = getattr(self, "speed_", {}).get(PASS_SPEED) if role == "gpu" else None
-            if passes and self.family_[role] == "gpu":
+            if passes is None:  # as calibrated
+                passes = getattr(self, "speed_", {}).get(PASS_SPEED)
+            if passes and role == "gpu" and self.family_[role] == "gpu":
                 x = scale_passes(x, algo, passes)
         # units x terms (a file trims trailing zero units: map stops at the shorter list)
         return max(sum(map(operator.mul, t, x)), self.floor_us_.get(key, 1e-3))
@@ -287,8 +285,8 @@ class CoDLPredictor(BasePredictor):
             return {}
 
         def predict_us(factor: float) -> list[float]:
-            self.speed_ = {PASS_SPEED: factor}
-            return [self._kernel_us("gpu", sub_spec(r), r["algorithm"]) for r in rows]
+            return [self._kernel_us("gpu", sub_spec(r), r["algorithm"], passes=factor)
+                    for r in rows]
 
         factor = fit_pass_speed(predict_us, [r["latency_us"] for r in rows])
         return {PASS_SPEED: factor} if factor != 1.0 else {}
@@ -388,25 +386,3 @@ STREAM_CANDIDATES_BYTES = tuple(int(mb * (1 << 20)) for mb in (
 
 def _fit(a: np.ndarray, y: np.ndarray, iters: int) -> list[float]:
     return [float(c) for c in robust_rel_fit(a, y, iters)]
-
-
-def _machine(rows: list[dict[str, Any]], facts: dict[str, Any], families: set[str]) -> Machine:
-    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns; the rest and the
-    kernel variants the samples were built with from the machine ``facts`` detected where
-    they were profiled (``machine.from_detected``: the reference machine's, with a warning,
-    for what the predictor's ``families`` need and no fact states)."""
-
-    # the blocking columns of the conv kernels state the machine: cores/lanes, SMs
-    main = {
-        "cpu": {"direct-nchwc", "gemm-1x1", "winograd-2x2-3x3"},
-        "gpu": {"gpu-conv-tiled", "gpu-conv-tiled-split-k", "implicit-gemm", "direct"},
-    }
-
-    known = {}
-    for field, fam, col in (("cores", "cpu", "cores"), ("lanes", "cpu", "unit"),
-                            ("sms", "gpu", "cores")):
-        vals = Counter(r[col] for r in rows if _family(r) == fam and r["algorithm"] in main[fam])
-        if vals:
-            known[field] = int(vals.most_common(1)[0][0])
-    return dataclasses.replace(from_detected(facts, families, **known),
-                               variants=KernelVariants.from_stored(facts.get("kernel_variants")))

@@ -15,15 +15,21 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from codl_tvm.predictor.blocking import term_column
 from codl_tvm.predictor.mirror import GPU_WINOGRAD
 
-# GPU model algorithm -> the columns of ``blocking.terms`` (t0 is column 0) that are passes
-GPU_PASS_TERMS: dict[str, tuple[int, ...]] = {
-    "gpu-conv-tiled": (4, 5, 6),  # outputs / split-K partials written, the sum pass's reads
-    GPU_WINOGRAD: (2, 3, 4),  # input, weight and output transforms
-    "pool": (2, 3, 4, 5),  # input and output bytes, in the L2 and beyond it
-    "elementwise": (2,),  # bytes past the L2
+# GPU model algorithm -> its terms (``blocking.TERM_NAMES``) that are memory passes
+GPU_PASS_TERMS: dict[str, tuple[str, ...]] = {
+    # outputs / split-K partials written, the sum pass's reads
+    "gpu-conv-tiled": ("written", "written_odd_planes", "sum_reads"),
+    GPU_WINOGRAD: ("input_transform", "weight_transform", "output_transform"),
+    # input and output bytes, in the L2 and beyond it
+    "pool": ("read", "written", "read_from_dram", "written_to_dram"),
+    "elementwise": ("bytes_past_l2",),
 }
+# the same as columns of ``blocking.terms`` (t0 is column 0)
+_PASS_COLUMNS = {algo: tuple(term_column("gpu", algo, name) for name in names)
+                 for algo, names in GPU_PASS_TERMS.items()}  # fmt: skip
 PASS_SPEED = "gpu-passes"  # the factor's key in a predictor's ``speed_``
 # the factors calibration tries (steps of about 1.25x, up to the 16x of 8 SMs against 132)
 PASS_SCALES = (1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0, 5.0, 6.4, 8.0, 10.0, 12.5, 16.0)
@@ -31,7 +37,7 @@ PASS_SCALES = (1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0, 5.0, 6.4, 8.0, 10.0, 12.5, 16
 
 def scale_passes(x: list[float], algorithm: str, factor: float) -> list[float]:
     """``x``, the terms of a GPU ``algorithm`` kernel, with its passes ``factor`` times."""
-    for i in GPU_PASS_TERMS.get(algorithm, ()):
+    for i in _PASS_COLUMNS.get(algorithm, ()):
         x[i] *= factor
     return x
 

@@ -72,6 +72,10 @@ def _pow2(x: int) -> bool:
     return x & (x - 1) == 0
 
 
+GPU_TILED_TERMS = ("k_steps", "smem_stores", "fma", "written", "written_odd_planes",
+                   "sum_reads", "second_launch", "sum_loads", "im2col_loads", "ragged_tile")
+
+
 def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
     """gpu-conv-tiled(-split-k), per K step of ``bk`` on the critical SM: the step's latency
     (global loads -> shared -> barrier, no double buffering) once per wave of *resident*
@@ -112,6 +116,10 @@ def gpu_tiled(s: OpSpec, m: Machine) -> list[float]:
         waves * steps * (t.bk * t.bn // t.threads) * branchy,  # serialised im2col loads
         waves * steps * (pixels % t.bn != 0),  # ragged pixel tile
     ]
+
+
+GPU_WINOGRAD_TERMS = ("fma", "input_transform", "weight_transform", "output_transform",
+                      "k_steps", "k_steps_dram")  # fmt: skip
 
 
 def gpu_winograd(s: OpSpec, m: Machine) -> list[float]:
@@ -164,6 +172,9 @@ def _fallback_waves(s: OpSpec, m: Machine) -> int:
     return _cdiv(blocks, m.active_sms * max(1, m.gpu_sm_threads // m.max_threads))
 
 
+GPU_ELEMENTWISE_TERMS = ("waves", "bytes_past_l2")
+
+
 def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
     """DLight Fallback of an elementwise op: one element per thread, no loop. Waves of
     resident threads, and the bytes read + written once the tensors no longer stay in the L2
@@ -171,6 +182,9 @@ def gpu_elementwise(s: OpSpec, m: Machine) -> list[float]:
     runs it at DRAM speed, which one slope for every size got 1.3-1.7x wrong."""
     moved = (s.IC * s.H * s.W + s.out_elems) * 4
     return [float(_fallback_waves(s, m)), moved * (moved > m.l2_bytes // 2)]
+
+
+GPU_POOL_TERMS = ("waves", "read", "written", "read_from_dram", "written_to_dram")
 
 
 def gpu_pool(s: OpSpec, m: Machine) -> list[float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -206,3 +207,29 @@ def variants_json(v: KernelVariants) -> dict[str, Any]:
     ``KernelVariants.from_stored``)."""
     unstated = {**KernelVariants().to_json(), **BEFORE}
     return {k: x for k, x in v.to_json().items() if x != unstated[k]}
+
+
+def row_family(row: dict[str, Any]) -> str:
+    """``cpu`` for an llvm kernel whatever its role (the cpu-pair's "gpu" is llvm too)."""
+    return "cpu" if '"llvm"' in str(row.get("target", "")) else "gpu"
+
+
+def machine_from_samples(rows: list[dict[str, Any]], facts: dict[str, Any],
+                         families: set[str]) -> Machine:
+    """Cores, SIMD lanes and SMs recorded in the samples' blocking columns; the rest and the
+    kernel variants the samples were built with from the machine ``facts`` detected where
+    they were profiled (:func:`from_detected`: the reference machine's, with a warning,
+    for what the predictor's ``families`` need and no fact states)."""
+    # the blocking columns of the conv kernels state the machine: cores/lanes, SMs
+    main = {
+        "cpu": {"direct-nchwc", "gemm-1x1", "winograd-2x2-3x3"},
+        "gpu": {"gpu-conv-tiled", "gpu-conv-tiled-split-k", "implicit-gemm", "direct"},
+    }
+    known = {}
+    for field, fam, col in (("cores", "cpu", "cores"), ("lanes", "cpu", "unit"),
+                            ("sms", "gpu", "cores")):
+        vals = Counter(r[col] for r in rows if row_family(r) == fam and r["algorithm"] in main[fam])
+        if vals:
+            known[field] = int(vals.most_common(1)[0][0])
+    return dataclasses.replace(from_detected(facts, families, **known),
+                               variants=KernelVariants.from_stored(facts.get("kernel_variants")))
