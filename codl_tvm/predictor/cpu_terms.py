@@ -28,6 +28,7 @@ from codl_tvm.predictor.gpu_terms import _cdiv
 from codl_tvm.predictor.mirror import (
     Machine,
     conv_shape,
+    depthwise_tasks,
     direct_pad,
     pad_gathered,
     padded_in,
@@ -268,8 +269,7 @@ def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
     rows (each task's own, or one pass over the whole input), the output written out, and a
     fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
     blocks = m.variants.cpu_depthwise_blocks
-    rows = tiling.depthwise_rows(1, s.OC, s.out_h, m.cores, blocks)
-    tasks = s.OC * _cdiv(s.out_h, rows)
+    rows, tasks = depthwise_tasks(s, m)
     vx = _cdiv(s.out_w, m.lanes)
     waves = _cdiv(tasks, m.cores)
     hp, wp = padded_in(s, vx * m.lanes)

@@ -110,9 +110,14 @@ def _cpu_grouped(s: OpSpec, m: Machine) -> Kernel | None:
     if s.kind not in ("conv2d", "depthwise"):
         return None
     depthwise = s.groups == s.IC == s.OC
+    return Kernel("depthwise-direct" if depthwise else "group-direct", depthwise_tasks(s, m)[1])
+
+
+def depthwise_tasks(s: OpSpec, m: Machine) -> tuple[int, int]:
+    """The CPU depthwise conv's output rows per task and its task count: a task computes a
+    block of rows of one channel (:func:`codl_tvm.tiling.depthwise_rows`)."""
     rows = tiling.depthwise_rows(1, s.OC, s.out_h, m.cores, m.variants.cpu_depthwise_blocks)
-    return Kernel("depthwise-direct" if depthwise else "group-direct",
-                  s.OC * ((s.out_h + rows - 1) // rows))
+    return rows, s.OC * ((s.out_h + rows - 1) // rows)
 
 
 def _cpu_pool(s: OpSpec, _m: Machine) -> Kernel | None:
