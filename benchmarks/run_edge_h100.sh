@@ -81,9 +81,10 @@ bench)  # $2: both (default), edge or full
   if [ "$ON" != full ]; then  # bench-edge and any variant build beside it (bench-edge-TAG)
     DIRS=$(cd /tmp/work && ls -d bench-edge*)
     N=$(echo $DIRS | wc -w)
+    EDGE_S=${EDGE_S:-540}  # seconds for all the edge builds (a shorter call: EDGE_S=300)
     for D in $DIRS; do
-      edge timeout $((540 / N)) $BENCH /tmp/work/$D -o "$OUT/$D.json" \
-        --deadline-s $((500 / N)) > "$OUT/$D.log" 2>&1 || echo "$D: see $D.log"
+      edge timeout $((EDGE_S / N)) $BENCH /tmp/work/$D -o "$OUT/$D.json" \
+        --deadline-s $(((EDGE_S - 40) / N)) > "$OUT/$D.log" 2>&1 || echo "$D: see $D.log"
       tail -n 40 "$OUT/$D.log"
     done
   fi ;;

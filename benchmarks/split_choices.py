@@ -27,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from codl_tvm.planner.candidates import CPU_SCALES  # noqa: E402 - after the path
+
 SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)-(\d+)-k(\d+)s(\d+)")
-CPU_SCALES = (0.8, 1.0, 1.25, 1.5625)
 
 
 def measured(doc: dict) -> dict[str, dict]:
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
           "CPU pred/meas |\n|---|---:|---:|---:|---|---|")
     for path in args.predictors:
         per = {}
-        for scale in CPU_SCALES:
+        for scale in sorted({1.0, *CPU_SCALES}):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 rows = choices(path, shapes, scale)
