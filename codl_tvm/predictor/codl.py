@@ -104,8 +104,8 @@ class CoDLPredictor(BasePredictor):
         self.family_ = {r["role"]: row_family(r) for r in rows}
         groups: dict[str, list[int]] = defaultdict(list)
         subs = [sub_spec(r) for r in rows]
-        self.machine_ = machine_from_samples(rows, getattr(self, "train_machine_", None) or {},
-                                 set(self.family_.values()))
+        facts = getattr(self, "train_machine_", None) or {}
+        self.machine_ = machine_from_samples(rows, facts, set(self.family_.values()))
         for i, (r, s) in enumerate(zip(rows, subs, strict=True)):
             groups[self._key(r["role"], s, r["algorithm"])].append(i)
         stream = self.cpu_stream_bytes
