@@ -45,6 +45,28 @@ def test_calibrate_finds_each_processors_speed_and_replaces_it(rows) -> None:
     assert sharing == load(PREDICTOR).predict_op(op, "H", 0.5)["share_us"]  # not scaled
 
 
+def test_the_speed_factor_is_the_one_the_long_ops_agree_on(rows) -> None:
+    """A machine that runs short ops faster and long ops slower than predicted: the factor is
+    the long ops', as a plan's latency (a sum of op times) needs; a plain median would take
+    the many short ops' (regression: 0.82 on the GPU machine's CPU, whole models 1.2-2x slow)."""
+    pred = load(PREDICTOR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = pred.predict(rows)
+    long = set()
+    for role in ("cpu", "gpu"):  # per processor, the longest 30% of its rows
+        mine = sorted((p, i) for i, (r, p) in enumerate(zip(rows, base)) if r["role"] == role)
+        long |= {i for _, i in mine[int(0.7 * len(mine)):]}
+        assert sum(p for p, i in mine if i in long) > sum(p for p, _ in mine) / 2
+    skewed = [dict(r, latency_us=float(p) * (1.1 if i in long else 0.7))
+              for i, (r, p) in enumerate(zip(rows, base))]  # fmt: skip
+    pred.calibrate(skewed, gpu_passes=False)  # the passes have a test of their own
+    assert pred.speed_["cpu"] == pytest.approx(1.1)
+    assert pred.speed_["gpu"] == pytest.approx(1.1)
+    plain = load(PREDICTOR).calibrate(skewed, gpu_passes=False, time_weighted=False)
+    assert plain.speed_ == pytest.approx({"cpu": 0.7, "gpu": 0.7})  # --equal-weights
+
+
 def test_calibration_travels_in_the_file_and_the_default_has_none(rows, tmp_path) -> None:
     assert "speed" not in json.loads(PREDICTOR.read_text())
     pred = load(PREDICTOR).calibrate(_slower(rows, {"cpu": 0.6, "gpu": 1.1}))
@@ -112,9 +134,13 @@ def test_calibration_refits_the_copies_it_has_samples_of(rows) -> None:
 def test_detected_sms_spread_the_gpu_waves_and_travel_in_the_file(rows, tmp_path) -> None:
     """A GPU that MPS holds to 8 SMs: a grid of many waves takes longer in proportion, a grid
     of a few blocks does not, and the kernels stay the ones tiled for the arch's SMs."""
-    pred, full = load(PREDICTOR), load(PREDICTOR)
-    same = _slower(rows, {"cpu": 1.0, "gpu": 1.0})
+    pred, full, eight = load(PREDICTOR), load(PREDICTOR), load(PREDICTOR)
+    eight._use_machine({"gpu_sms": 8})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same = [dict(r, latency_us=float(p)) for r, p in zip(rows, eight.predict(rows))]
     pred.calibrate(same, machine={"gpu_sms": 8, "gpu_name": "H100"})
+    assert pred.speed_.get("gpu") == pytest.approx(1.0)  # the samples of an 8-SM GPU
     assert pred.machine_.run_sms == 8 and pred.machine_.sms == full.machine_.sms
     big = OpSpec("conv2d", 104, 104, 128, 128, 3, 3, 1, 1, (1, 1, 1, 1))
     with warnings.catch_warnings():

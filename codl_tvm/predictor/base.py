@@ -19,6 +19,7 @@ from codl_tvm.predictor.file_format import (
     expand_ranges,
     round_floats,
 )
+from codl_tvm.predictor.fitting import time_weighted_median
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
@@ -156,15 +157,19 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         min_samples: int = 3,
         machine: dict[str, Any] | None = None,
         gpu_passes: bool = True,
+        time_weighted: bool = True,
     ) -> BasePredictor:
         """Fit the predictor to the machine at hand from a few samples profiled there.
 
         - ``machine``: facts detected on the target (``profiler.machine_facts``), such as the
           SMs a process may use; predictors whose terms count them take them first.
         - ``speed_[role]`` becomes the median of measured / predicted latency over the compute
-          samples of ``X`` on that processor. Two instances of the H100 machine ran the same CPU
-          kernels up to 1.7x apart; the model's shape is kept, its time unit moves. The ratios
-          are taken against the uncalibrated model, so calibrating again replaces the factors.
+          samples of ``X`` on that processor, each weighted by its predicted time
+          (:func:`~codl_tvm.predictor.fitting.time_weighted_median`: a plan sums op times;
+          ``time_weighted=False``: the plain median).
+          Two instances of the H100 machine ran the same CPU kernels up to 1.7x apart; the
+          model's shape is kept, its time unit moves. The ratios are taken against the
+          uncalibrated model, so calibrating again replaces the factors.
         - Sharing ops with samples in ``X`` are fitted anew: copies are a fact of the
           target's bus and memory, not a scale of the training machine's.
         - ``gpu_passes``: a predictor whose terms count the GPU's memory passes (the codl
@@ -190,8 +195,11 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         self.speed_ = dict(extra)  # the roles' factors are taken under it
         speed: dict[str, float] = {}
         for role, sel in by_role.items():
-            raw = [self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel]
-            speed[role] = float(np.median([r["latency_us"] / p for r, p in zip(sel, raw)]))
+            raw = np.array([self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel])
+            measured = np.array([r["latency_us"] for r in sel], dtype=float)
+            ratios = measured / raw
+            speed[role] = (time_weighted_median(ratios, raw) if time_weighted
+                           else float(np.median(ratios)))  # fmt: skip
         self.speed_ = speed | extra
         shared = [r for r in X if r["op"] in SHARING_KINDS and r["pair"] == self.pair_]
         if shared:
