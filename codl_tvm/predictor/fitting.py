@@ -52,8 +52,8 @@ def time_weighted_median(ratios: np.ndarray, times: np.ndarray) -> float:
 
     A calibration's speed factor: a plan's latency is a sum of op times, so the factor that
     prices the sum right is the one the long ops agree on. A plain median lets the many short
-    ops of a random draw set it, and their ratio differs from the long ones' (on the GPU
-    machine's CPU 0.75 below 100 us against 1.10 above 1 ms, for the same predictor).
+    ops of a random draw set it, and on the GPU machine's CPU they run faster against the
+    predictor than the long ones (benchmarks/PREDICTOR.md, "Calibration").
     """
     order = np.argsort(ratios)
     cum = np.cumsum(np.asarray(times, dtype=float)[order])
