@@ -197,8 +197,36 @@ def predictions(args: argparse.Namespace) -> int:
 
     for path in args.files:
         doc = json.loads(Path(path).read_text())
-        print(f"{path} ({doc.get('sms') or 'full'} SMs)\n{prediction_table(doc['rows'])}\n")
+        rows = doc["rows"]
+        if args.predictor:
+            rows = repriced(rows, args.predictor, Path(args.plans))
+        print(f"{path} ({doc.get('sms') or 'full'} SMs)\n{prediction_table(rows)}\n")
     return 0
+
+
+def repriced(rows: list[dict], predictor: str, plans: Path) -> list[dict]:
+    """``rows`` with each plan's ``predicted_ms`` estimated anew by ``predictor`` (e.g. one
+    calibrated on samples measured in the same call as the bench), from the plans the
+    build wrote (``plans/MODEL/PLAN.plan.json``), as the build priced them (CUDA copies
+    beside kernels, block copies); each row printed beside the measured latency."""
+    import codl_tvm
+    from codl_tvm import zoo
+    from codl_tvm.planner import build_graph, predictor_costs
+    from codl_tvm.planner.api import estimate, for_pair
+
+    pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
+    costs = for_pair(predictor_costs(predictor), pair)
+    graphs: dict[str, object] = {}
+    out = []
+    for r in rows:
+        if r["model"] not in graphs:
+            graphs[r["model"]] = build_graph(codl_tvm.load_model(zoo.get(r["model"])))
+        plan = codl_tvm.Plan.load(plans / r["model"] / f"{r['plan']}.plan.json")
+        ms = estimate(graphs[r["model"]], plan, costs) / 1e3
+        print(f"{r['model']:>20} {r['plan']:>9}  predicted {r.get('predicted_ms', 0):8.2f} -> "
+              f"{ms:8.2f} ms, measured {own_latency_ms(r):8.2f} ms ({ms / own_latency_ms(r):.2f})")
+        out.append(r | {"predicted_ms": ms})
+    return out
 
 
 def main() -> int:
@@ -239,6 +267,8 @@ def main() -> int:
     t.add_argument("-o", "--output", required=True)
     w = sub.add_parser("predictions", help="predicted_ms against each plan's own latency")
     w.add_argument("files", nargs="+", help="result files (benchmarks/results/bench-*.json)")
+    w.add_argument("--predictor", help="price every plan anew with this predictor JSON")
+    w.add_argument("--plans", help="with --predictor: the build's folder (MODEL/PLAN.plan.json)")
     args = p.parse_args()
     return {"build": build, "run": run, "report": report,
             "predictions": predictions}[args.cmd](args)

@@ -43,6 +43,10 @@ class ScaledCosts(CostSourceBase):
         us = self.costs.kernel_us(role, sub)
         return us * self.cpu_scale if role == "cpu" else us
 
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        us = self.costs.transposed_conv_us(role, sub)
+        return us * self.cpu_scale if role == "cpu" else us
+
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return self.costs.sharing_us(op, role, nbytes)
 

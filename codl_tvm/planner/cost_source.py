@@ -70,6 +70,12 @@ class CostSourceBase:
         (a cache-residency context; default: the same costs)."""
         return self
 
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        """A conv2d_transpose on ``role``, ``sub`` being the stride-1 conv over its dilated
+        input (:attr:`~codl_tvm.planner.glue.GlueOp.conv`); default: that conv's time, where
+        a source cannot tell the kernels apart."""
+        return self.kernel_us(role, sub)
+
     def in_range(self, sub: OpSpec) -> bool:
         """Whether ``sub`` is answered from data rather than by extrapolation (default: yes);
         the planner never splits an op outside the range."""
@@ -122,3 +128,7 @@ class _Adapted(CostSourceBase):
     def in_range(self, sub: OpSpec) -> bool:
         fn = getattr(self.costs, "in_range", None)
         return True if fn is None else bool(fn(sub))
+
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        fn = getattr(self.costs, "transposed_conv_us", None)
+        return self.kernel_us(role, sub) if fn is None else fn(role, sub)

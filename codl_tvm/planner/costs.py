@@ -46,6 +46,10 @@ class PredictorCosts(CostSourceBase):
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         return float(self.predictor.kernel_us(role, sub))
 
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        fn = getattr(self.predictor, "transposed_conv_us", None)  # a codl predictor's
+        return self.kernel_us(role, sub) if fn is None else float(fn(role, sub))
+
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return float(self.predictor.sharing_.cost(op, role, nbytes))
 
@@ -87,6 +91,9 @@ class _PairCosts(CostSourceBase):
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         return self.costs.kernel_us(role, sub)
+
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        return self.costs.transposed_conv_us(role, sub)
 
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return self.costs.sharing_us(op, role, nbytes)

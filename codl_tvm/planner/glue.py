@@ -61,12 +61,16 @@ class GlueOp:
         The kernel it is fused into (an elementwise op reading a value nobody else reads):
         a planned op's id (fused unless that op is split, whose parts end in a concat), or
         ``""`` for the op outside the plan before it (always fused); None: its own kernel.
+    conv : OpSpec or None
+        A conv2d_transpose's work: the stride-1 conv over its dilated input it legalizes to
+        and runs as (:func:`transposed_conv`); None: an elementwise kernel over ``shape``.
     """
 
     op: str
     shape: tuple[int, ...]
     source: str | None
     into: str | None = None
+    conv: OpSpec | None = None
 
     def fused(self, split_ops: set[str] | frozenset[str]) -> bool:
         """Whether it runs inside another kernel when the ops in ``split_ops`` are split."""
@@ -81,12 +85,32 @@ class GlueOp:
         return OpSpec("elementwise", 1, 1, size, size)
 
     def to_json(self) -> dict:
-        return {"op": self.op, "shape": list(self.shape), "source": self.source,
-                "into": self.into}
+        doc = {"op": self.op, "shape": list(self.shape), "source": self.source,
+               "into": self.into}
+        return doc | ({"conv": self.conv.to_json()} if self.conv is not None else {})
 
     @staticmethod
     def from_json(doc: dict) -> GlueOp:
-        return GlueOp(doc["op"], tuple(doc["shape"]), doc["source"], doc.get("into"))
+        conv = OpSpec.from_json(doc["conv"]) if doc.get("conv") else None
+        return GlueOp(doc["op"], tuple(doc["shape"]), doc["source"], doc.get("into"), conv)
+
+
+def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int],
+                    padding: tuple[int, int, int, int], output_padding: tuple[int, int],
+                    groups: int = 1, dilation: tuple[int, int] = (1, 1)) -> OpSpec | None:
+    """The conv2d a (batch-1, NCHW, IOHW-weight) conv2d_transpose legalizes to: stride 1 over
+    its input dilated by ``strides``, padded by ``K - 1 - pad`` (plus the output padding at the
+    bottom and right), kernel flipped, which :mod:`codl_tvm.schedules.conv_transpose` runs on
+    the project's conv kernels; None where it does not (groups or dilation other than 1)."""
+    if groups != 1 or tuple(dilation) != (1, 1) or len(data) != 4:
+        return None
+    (_, ic, h, w), (_, oc, kh, kw) = data, weight
+    (sh, sw), (top, left, bottom, right) = strides, padding
+    pad = (kh - 1 - top, kw - 1 - left, kh - 1 - bottom + output_padding[0],
+           kw - 1 - right + output_padding[1])
+    if min(pad) < 0:  # a padding past the kernel crops: TOPI slices, not a plain conv
+        return None
+    return OpSpec("conv2d", (h - 1) * sh + 1, (w - 1) * sw + 1, ic, oc, kh, kw, 1, 1, pad)
 
 
 # ops outside the plan whose kernels take an elementwise epilogue

@@ -20,7 +20,7 @@ from ..passes.fuse_epilogues import fusable_kernels
 from ..predictor.opspec import OpSpec, conv_kind
 from ..split_rules import RULES
 from ..unit_geometry import split_extent
-from .glue import GlueOp, is_elementwise, priced_shape, takes_epilogue
+from .glue import GlueOp, is_elementwise, priced_shape, takes_epilogue, transposed_conv
 from .nodes import BYTES_PER_ELEM, OpNode
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
@@ -201,7 +201,7 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
             shape = priced_shape(value.op.name, out_shape, None if data is None else _shape(data))
             if shape is None:
                 continue
-            found.append((b.var, value.op.name, tuple(shape), src))
+            found.append((b.var, value.op.name, tuple(shape), src, _transposed(value)))
             if takes_epilogue(value.op.name):
                 heads[b.var] = ""  # its kernel is its own, priced as such; what joins it is free
             if not _elementwise(value, fusable):
@@ -212,15 +212,30 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
                     groups.join(b.var, a, heads.get(a))
     out = []
     seen: set[object] = set()
-    for var, op, shape, src in found:
+    for var, op, shape, src, conv in found:
         into = None
         if var in groups:
             root, head = groups.head(var)
             # the first op of a group without a head carries the group's kernel
             into = "" if root in seen or head == "" else head
             seen.add(root)
-        out.append(GlueOp(op, shape, src, into))
+        out.append(GlueOp(op, shape, src, into, conv))
     return out
+
+
+def _transposed(call: relax.Call) -> OpSpec | None:
+    """A conv2d_transpose's work as the conv it runs as (:func:`~.glue.transposed_conv`)."""
+    if call.op.name != "relax.nn.conv2d_transpose":
+        return None
+    data, weight = (_shape(a) for a in call.args[:2])
+    a = call.attrs
+    if data is None or weight is None or a.data_layout != "NCHW" or a.kernel_layout != "IOHW":
+        return None
+    ints = lambda xs: tuple(int(x) for x in xs)  # noqa: E731
+    pad = ints(a.padding)
+    pad = pad * 2 if len(pad) == 2 else pad
+    return transposed_conv(data, weight, ints(a.strides), pad, ints(a.output_padding),
+                           int(a.groups), ints(a.dilation))
 
 
 class _Groups:

@@ -49,7 +49,7 @@ from codl_tvm.predictor.machine import (
     row_family,
     variants_json,
 )
-from codl_tvm.predictor.mirror import kernel
+from codl_tvm.predictor.mirror import kernel, transposed_kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.predictor.ties import TIES_DERIVED_FROM, retied, tie_order, tied_units, untied
 from codl_tvm.tiling.variants import KernelVariants
@@ -211,6 +211,12 @@ class CoDLPredictor(BasePredictor):
     def algorithm(self, role: str, sub: OpSpec) -> str:
         """The kernel algorithm codl-tvm runs ``sub`` with on ``role`` (the samples' label)."""
         return kernel(self.family_.get(role, role), sub, self.machine_).algorithm
+
+    def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
+        """A conv2d_transpose on ``role``, ``sub`` being the stride-1 conv over its dilated
+        input, on the kernel the dispatch runs it with (:func:`~.mirror.transposed_kernel`)."""
+        algo = transposed_kernel(self.family_.get(role, role), sub, self.machine_).algorithm
+        return self._kernel_us(role, sub, algo) * self._speed(role)
 
     def _key(self, role: str, sub: OpSpec, algorithm: str | None) -> str:
         algo = model_algorithm(algorithm or self.algorithm(role, sub))

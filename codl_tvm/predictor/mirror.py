@@ -331,8 +331,8 @@ MIRRORS: dict[str, tuple[Rule, tuple[str, ...]]] = {
 }
 # rows of the table the predictor has no mirror of, and why
 NOT_MIRRORED: dict[str, str] = {
-    "cpu-conv2d-transpose": "OpSpec has no transposed conv",
-    "gpu-conv2d-transpose-tiled": "OpSpec has no transposed conv",
+    "cpu-conv2d-transpose": "priced as its dilated conv on this kernel: TRANSPOSED",
+    "gpu-conv2d-transpose-tiled": "priced as its dilated conv on this kernel: TRANSPOSED",
     "gpu-matmul-tiled": "a batch-1 dense always meets gpu-gemv's predicate (M <= 4)",
     "gpu-matmul": "a batch-1 dense always meets gpu-gemv's predicate (M <= 4)",
 }
@@ -377,3 +377,16 @@ def kernel(family: str, s: OpSpec, m: Machine) -> Kernel:
         if got is not None:
             return got
     raise ValueError(f"no kernel of codl-tvm runs {s.kind} on a {family}")
+
+
+# conv2d_transpose runs as the stride-1 conv over its dilated input (schedules.conv_transpose)
+# on the direct (CPU) and tiled (GPU) conv kernels, never Winograd or the 1x1 GEMM
+TRANSPOSED: dict[str, Rule] = {"cpu": _cpu_direct, "gpu": _gpu_tiled}
+
+
+def transposed_kernel(family: str, s: OpSpec, m: Machine) -> Kernel:
+    """The kernel a conv2d_transpose runs on, ``s`` being the conv over its dilated input
+    (:func:`kernel`'s choice where the transposed row's kernel declines the shape)."""
+    rule = TRANSPOSED.get(family)
+    got = rule(s, m) if rule is not None else None
+    return got if got is not None else kernel(family, s, m)
