@@ -77,3 +77,15 @@ def test_glue_after_a_split_op_runs_after_its_concat(resnet) -> None:
     extra = layout_cost(ev, resnet.nodes, split) - layout_cost(bare, resnet.nodes, split)
     base = layout_cost(ev, resnet.nodes, whole) - layout_cost(bare, resnet.nodes, whole)
     assert extra == pytest.approx(base + sum(ev.glue_us(g, "gpu") for g in after))
+
+
+def test_measuring_a_model_measures_its_glue_kernels_whole_on_each_processor(resnet) -> None:
+    # measured costs price a plan's glue from the model's own samples, not as free
+    from codl_tvm.planner.api import oracle_jobs
+
+    jobs = oracle_jobs(resnet)
+    glue = {g.spec() for g in resnet.glue}
+    measured = {(j.role, j.spec) for j in jobs if j.spec in glue}
+    assert measured == {(role, spec) for spec in glue for role in ("cpu", "gpu")}
+    assert all(j.spec.part(j.role, j.dim, j.ratio) == j.spec for j in jobs if j.spec in glue)
+    assert len([j for j in jobs if j.spec in glue]) == 2 * len(glue)
