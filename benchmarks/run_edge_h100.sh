@@ -8,7 +8,8 @@
 #       -o /tmp/oracle
 #   tar czf .devcarry/calib.tgz -C /tmp calib; tar czf .devcarry/oracle.tgz -C /tmp/oracle oracle-bundle
 # There (device tool, carry those and .devcarry/tvm-runtime.tgz), one call per stage:
-#   bash benchmarks/run_edge_h100.sh calib    # -> $OUT/calib.tgz: calib-{full,edge}.csv + facts
+#   bash benchmarks/run_edge_h100.sh calib [edge|full]  # -> $OUT/calib.tgz: calib-{full,edge}.csv
+#     + facts (both configurations by default)
 #   bash benchmarks/run_edge_h100.sh oracle edge|full  # -> $OUT/oracle.tgz: oracle-*.csv + facts
 #   bash benchmarks/run_edge_h100.sh checks [TAG]  # verify_models + split_determinism, both
 #     configs -> $OUT/{verify,determinism}[-TAG]-{full,edge}.json
@@ -39,10 +40,17 @@ edge() { OUT=$OUT bash benchmarks/edge_gpu.sh "$PCT" "$@"; }
 case $STAGE in
 calib)
   tar xzf .devcarry/calib.tgz -C /tmp/work
-  timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-full.csv --deadline-s 150 --rounds 2 \
-    --warm-jobs 14 --max-call-s 2 2>&1 | tail -3 || echo "calib-full failed"
-  edge timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-edge.csv --deadline-s 170 --rounds 2 \
-    --max-call-s 2 2>&1 | tail -3 || echo "calib-edge failed"
+  ON=${2:-both}  # a call that also benches one configuration calibrates only that one
+  if [ "$ON" != edge ]; then
+    timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-full.csv --deadline-s 150 --rounds 2 \
+      --warm-jobs 14 --max-call-s 2 2>&1 | tail -3 || echo "calib-full failed"
+  fi
+  if [ "$ON" != full ]; then
+    # nvcc's cache is warm where the full GPU ran first; else this run compiles first
+    WARM=$([ "$ON" = edge ] && echo "--warm-jobs 14" || true)
+    edge timeout 200 $RUNNER /tmp/work/calib -o $RES/calib-edge.csv --deadline-s 170 \
+      --rounds 2 --max-call-s 2 $WARM 2>&1 | tail -3 || echo "calib-edge failed"
+  fi
   tar czf "$OUT/calib.tgz" -C $RES . ;;
 oracle)  # $2: edge (default) or full
   tar xzf .devcarry/oracle.tgz -C /tmp/work
