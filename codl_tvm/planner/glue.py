@@ -110,6 +110,8 @@ def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int]
            kw - 1 - right + output_padding[1])
     if min(pad) < 0:  # a padding past the kernel crops: TOPI slices, not a plain conv
         return None
+    if (h - 1) * sh + pad[0] + pad[2] < kh - 1 or (w - 1) * sw + pad[1] + pad[3] < kw - 1:
+        return None  # an empty output: no op to price
     return OpSpec("conv2d", (h - 1) * sh + 1, (w - 1) * sw + 1, ic, oc, kh, kw, 1, 1, pad)
 
 
