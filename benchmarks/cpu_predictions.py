@@ -1,6 +1,7 @@
 """CPU-only whole-model predictions from measured ops: samples timed warm, and weights evicted.
 
     python benchmarks/cpu_predictions.py [--models resnet-18,...] [--json F] [--work DIR]
+        [--grid 1.0]
 
 On this host's ``cpu-pair``, per model: every op measured twice into samples files (the
 measurement ``codl-tvm bench`` makes where no predictor ships), once with each CPU sample's
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 MODELS = "resnet-18,mobilenet-v2,yolo-v2,mobilenet-v1,inception-v3,vgg-16"
 
 
-def model_row(name: str, work: Path) -> dict:
+def model_row(name: str, work: Path, grid: tuple[float, ...] | None = None) -> dict:
     import codl_tvm
     from codl_tvm import zoo
     from codl_tvm.planner.api import make_plan, measured_costs
@@ -36,8 +37,9 @@ def model_row(name: str, work: Path) -> dict:
     mg = build_graph(mod)
     row: dict = {"model": name}
     for label, cold in (("warm", False), ("cold", True)):
+        grid_kw = {"grid": grid} if grid else {}
         costs = measured_costs(mg, pair, work / f"{name}-{label}.csv",
-                               proto=Protocol(cpu_cold_weights=cold))
+                               proto=Protocol(cpu_cold_weights=cold), **grid_kw)
         row[f"{label}_predicted_ms"] = make_plan(mg, "cpu-only", costs).predicted_us / 1e3
     exe = codl_tvm.compile(mod, pair, codl_tvm.Plan.single(mod, "cpu"))
     row["measured_ms"] = exe.time(exe.random_inputs(), repeat=30) * 1e3
@@ -49,13 +51,16 @@ def main() -> int:
     p.add_argument("--models", default=MODELS)
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--work", help="keep the samples files in this folder")
+    p.add_argument("--grid", type=lambda v: tuple(float(x) for x in v.split(",")),
+                   help="GPU shares to measure (default: the planner's measure grid); the "
+                        "CPU-only plan reads only the whole ops: --grid 1.0 measures those")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="codl-cpu-pred-") as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
-            rows.append(model_row(name, work))
+            rows.append(model_row(name, work, args.grid))
             print(json.dumps(rows[-1]), flush=True)
     print("| model | measured ms | predicted / measured, warm samples | weights evicted |")
     print("|---|---:|---:|---:|")
