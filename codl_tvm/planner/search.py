@@ -124,18 +124,18 @@ class Evaluator:
         self.glue = list(glue)
         self._kernels: dict[tuple[str, OpSpec], float] = {}
         self._units: dict[tuple, UnitCost | None] = {}
-        self._glue: dict[tuple[str, OpSpec, bool], float] = {}
+        self._glue: dict[tuple[str, OpSpec], float] = {}
 
     def glue_us(self, op: GlueOp, role: str) -> float:
         """One op outside the plan on ``role`` (0 where the costs cannot price it: measured
         costs of the planned ops only)."""
-        conv = op.conv  # a conv2d_transpose: the conv it runs as
-        key = (role, op.spec() if conv is None else conv, conv is not None)
+        conv = op.conv  # a conv2d_transpose: the conv it runs as (no other glue is a conv)
+        key = (role, op.spec() if conv is None else conv)
         if key not in self._glue:
             try:
                 with warnings.catch_warnings():  # a norm's or a logit's shape is no conv's
                     warnings.simplefilter("ignore")
-                    self._glue[key] = (self.kernel(role, key[1]) if conv is None
+                    self._glue[key] = (self.kernel(*key) if conv is None
                                        else self.costs.transposed_conv_us(role, conv))
             except KeyError:
                 self._glue[key] = 0.0
