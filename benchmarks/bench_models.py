@@ -33,6 +33,13 @@ CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 GPU = {"kind": "cuda", "arch": "sm_90"}
 
 
+def x86_cuda():
+    """The pair every plan of this bench is built for and priced on."""
+    import codl_tvm
+
+    return codl_tvm.DevicePair("x86-cuda", CPU, GPU)
+
+
 def build(args: argparse.Namespace) -> int:
     import codl_tvm
     from codl_tvm import zoo
@@ -41,7 +48,7 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
-    pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
+    pair = x86_cuda()
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair), block
@@ -214,17 +221,16 @@ def repriced(rows: list[dict], predictor: str, plans: Path) -> list[dict]:
     from codl_tvm.planner import build_graph, predictor_costs
     from codl_tvm.planner.api import estimate, for_pair
 
-    pair = codl_tvm.DevicePair("x86-cuda", CPU, GPU)
-    costs = for_pair(predictor_costs(predictor), pair)
+    costs = for_pair(predictor_costs(predictor), x86_cuda())
     graphs: dict[str, object] = {}
     out = []
     for r in rows:
         if r["model"] not in graphs:
             graphs[r["model"]] = build_graph(codl_tvm.load_model(zoo.get(r["model"])))
         plan = codl_tvm.Plan.load(plans / r["model"] / f"{r['plan']}.plan.json")
-        ms = estimate(graphs[r["model"]], plan, costs) / 1e3
+        ms, measured = estimate(graphs[r["model"]], plan, costs) / 1e3, own_latency_ms(r)
         print(f"{r['model']:>20} {r['plan']:>9}  predicted {r.get('predicted_ms', 0):8.2f} -> "
-              f"{ms:8.2f} ms, measured {own_latency_ms(r):8.2f} ms ({ms / own_latency_ms(r):.2f})")
+              f"{ms:8.2f} ms, measured {measured:8.2f} ms ({ms / measured:.2f})")
         out.append(r | {"predicted_ms": ms})
     return out
 
@@ -270,6 +276,8 @@ def main() -> int:
     w.add_argument("--predictor", help="price every plan anew with this predictor JSON")
     w.add_argument("--plans", help="with --predictor: the build's folder (MODEL/PLAN.plan.json)")
     args = p.parse_args()
+    if args.cmd == "predictions" and args.predictor and not args.plans:
+        p.error("predictions --predictor needs --plans (the build's folder)")
     return {"build": build, "run": run, "report": report,
             "predictions": predictions}[args.cmd](args)
 

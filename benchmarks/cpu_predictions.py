@@ -36,8 +36,8 @@ def model_row(name: str, work: Path, grid: tuple[float, ...] | None = None) -> d
     pair = codl_tvm.DevicePair.preset("cpu-pair")
     mg = build_graph(mod)
     row: dict = {"model": name}
+    grid_kw = {"grid": grid} if grid else {}  # default: measured_costs' grid
     for label, cold in (("warm", False), ("cold", True)):
-        grid_kw = {"grid": grid} if grid else {}
         costs = measured_costs(mg, pair, work / f"{name}-{label}.csv",
                                proto=Protocol(cpu_cold_weights=cold), **grid_kw)
         row[f"{label}_predicted_ms"] = make_plan(mg, "cpu-only", costs).predicted_us / 1e3
