@@ -33,11 +33,22 @@ CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 GPU = {"kind": "cuda", "arch": "sm_90"}
 
 
-def x86_cuda():
-    """The pair every plan of this bench is built for and priced on."""
+def x86_cuda(shared_memory: bool | None = None):
+    """The pair every plan of this bench is built for and priced on (``shared_memory``:
+    plan as if the two processors shared one memory, as a phone's do)."""
     import codl_tvm
 
-    return codl_tvm.DevicePair("x86-cuda", CPU, GPU)
+    return codl_tvm.DevicePair("x86-cuda", CPU, GPU, shared_memory=shared_memory)
+
+
+def _scales(text: str) -> tuple[float, ...]:
+    try:
+        scales = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        scales = ()
+    if not scales or not all(x > 0 for x in scales):
+        raise argparse.ArgumentTypeError(f"positive numbers separated by commas, not {text!r}")
+    return scales
 
 
 def build(args: argparse.Namespace) -> int:
@@ -48,7 +59,7 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
-    pair = x86_cuda()
+    pair = x86_cuda(True if args.shared_memory else None)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair), block
@@ -70,7 +81,7 @@ def build(args: argparse.Namespace) -> int:
         jobs += oracle_jobs(build_graph(mod), model=model)
         entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle,
                              block_copies=blocks, guard=args.guard,
-                             candidates=args.candidates)
+                             candidates=args.candidates, cpu_scales=args.cpu_scales)
         print(f"{model}: {len(entry['plans'])} plans, {time.time() - t0:.0f} s", flush=True)
     if not args.oracle_samples and not args.no_oracle_bundle:
         from codl_tvm.profiler.bundle import build_bundle
@@ -254,6 +265,13 @@ def main() -> int:
     b.add_argument("--candidates", action="store_true",
                    help="codl's plan also holds its candidates for other CPU speeds "
                         "(codl_tvm.planner.candidates); with --guard the fastest runs")
+    b.add_argument("--cpu-scales", type=_scales, default=None, metavar="S,S,...",
+                   help="with --candidates: plan them for the CPU's kernels these times as "
+                        "long (default: codl_tvm.planner.candidates.CPU_SCALES)")
+    b.add_argument("--shared-memory", action="store_true",
+                   help="plan as if the CPU and the GPU shared one memory: the memory cap "
+                        "counts both processors' bytes (a phone's rule; the baseline of a "
+                        "discrete GPU's, which counts the GPU's)")
     b.add_argument("--bundle-mb", type=int, default=8, help="size cap of the oracle bundle")
     b.add_argument("--no-oracle-bundle", action="store_true")
     b.add_argument("--pack", help="also write this .tgz of the output (what travels)")

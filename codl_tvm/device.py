@@ -73,6 +73,13 @@ def _gpu_sms(value: Any) -> int | None:
     return value
 
 
+def _shared_memory(value: Any) -> bool | None:
+    """A pair document's ``shared_memory``: None, true or false."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"shared_memory must be true or false, not {value!r}")
+
+
 def _detect_cuda_sms() -> int | None:
     """SMs of this machine's CUDA GPU (the process's share under MPS); None without one."""
     dev = tvm.cuda(0)
@@ -103,6 +110,10 @@ class DevicePair:
         detected by the ``x86-cuda`` preset where the GPU is (under CUDA MPS: the SMs the
         process may use). None: the datasheet count of the target's arch
         (:data:`codl_tvm.tiling.SMS`).
+    shared_memory : bool, optional
+        Whether the two roles draw on one memory (a phone's or a Jetson's DRAM, PoCL, the
+        ``cpu-pair``). None: as the GPU's kind says (:attr:`shares_memory`). A plan's memory
+        cap counts what the roles share (:func:`codl_tvm.planner.strategies.cap_memory`).
     """
 
     name: str
@@ -111,6 +122,7 @@ class DevicePair:
     cpu_index: int = 0
     gpu_index: int = 0
     gpu_sms: int | None = None
+    shared_memory: bool | None = None
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- construction -------------------------------------------------------------------
@@ -136,7 +148,8 @@ class DevicePair:
     def parse(text: str, *, arch: str | None = None, num_cores: int | None = None) -> DevicePair:
         """A pair from the command line: a preset name, or JSON target dicts (TVM's convention)
         such as ``{"cpu": {"kind": "llvm", "mcpu": "sapphirerapids"}, "gpu": {"kind": "cuda",
-        "arch": "sm_90"}}`` (optional ``name``, ``cpu_index``, ``gpu_index``, ``gpu_sms``)."""
+        "arch": "sm_90"}}`` (optional ``name``, ``cpu_index``, ``gpu_index``, ``gpu_sms``,
+        ``shared_memory``)."""
         if not text.lstrip().startswith("{"):
             return DevicePair.preset(text, arch=arch, num_cores=num_cores)
         try:
@@ -170,6 +183,7 @@ class DevicePair:
                 cpu_index=int(doc.get("cpu_index", 0)),
                 gpu_index=int(doc.get("gpu_index", 0)),
                 gpu_sms=_gpu_sms(doc.get("gpu_sms")),
+                shared_memory=_shared_memory(doc.get("shared_memory")),
             )
         except (KeyError, TypeError) as err:
             raise ValueError(f"malformed device pair document: missing {err}") from None
@@ -181,7 +195,8 @@ class DevicePair:
             "gpu": self.gpu_spec,
             "cpu_index": self.cpu_index,
             "gpu_index": self.gpu_index,
-        } | ({"gpu_sms": self.gpu_sms} if self.gpu_sms is not None else {})
+        } | ({"gpu_sms": self.gpu_sms} if self.gpu_sms is not None else {}) | (
+            {"shared_memory": self.shared_memory} if self.shared_memory is not None else {})
 
     # ---- targets and vdevices -----------------------------------------------------------
     @property
@@ -218,6 +233,15 @@ class DevicePair:
     def is_cpu_only(self) -> bool:
         """True when both roles are llvm devices (the ``cpu-pair``)."""
         return self.gpu_spec["kind"] == "llvm"
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether the roles draw on one memory: :attr:`shared_memory` where the pair says,
+        else every GPU but a CUDA one (a discrete card with memory of its own; a Jetson, whose
+        CUDA GPU shares the DRAM, says ``"shared_memory": true`` in its pair document)."""
+        if self.shared_memory is not None:
+            return self.shared_memory
+        return self.gpu_spec["kind"] != "cuda"
 
     @property
     def overlaps_copies(self) -> bool:

@@ -242,13 +242,18 @@ def test_explain_errors(work):
 
 def test_plan_and_bench(work, tmp_path):
     plan = tmp_path / "plan.json"
-    made, gone = cli_many(
+    made, gone, capped = cli_many(
         ["plan", work["model"], "--pair", "cpu-pair", "--strategy", "gpu-only", "-o", plan],
         ["plan", work["dir"] / "gone.onnx", "--pair", "cpu-pair", "-o", tmp_path / "p2.json"],
+        ["plan", work["model"], "--pair", "cpu-pair", "--memory-cap", "0.5",
+         "-o", tmp_path / "p3.json"],
     )
     assert made.returncode == 0, made.stderr
     codl_tvm.Plan.load(plan).validate(codl_tvm.load_model(work["model"]))
     user_error(gone, "gone.onnx")
+    # argparse's refusal, as for every malformed flag: nothing planned, nothing written
+    assert capped.returncode == 2 and "--memory-cap" in capped.stderr
+    assert "at least 1" in capped.stderr and not (tmp_path / "p3.json").exists()
     assert "bench" in commands()
 
 

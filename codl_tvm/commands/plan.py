@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..outputs import check_output_file, write_json
-from ..planner.strategies import STRATEGIES
+from ..planner.strategies import STRATEGIES, Options
 from . import Command, add_model_arguments, add_pair_arguments, load_model
 from .artifact import add_rpc_arguments
 
@@ -35,6 +35,19 @@ def cache_folder(out: str | None) -> Path:
     return Path(out).resolve().parent if out else Path.cwd()
 
 
+def _memory_cap(text: str) -> float | None:
+    """``--memory-cap``: a ratio of at least 1, or ``off``."""
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        cap = float(text)
+    except ValueError:
+        cap = float("nan")
+    if not cap >= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a ratio of at least 1 or 'off', not {text!r}")
+    return cap
+
+
 def _add_plan(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--strategy", default="codl", choices=list(STRATEGIES))
@@ -45,6 +58,10 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-chunks", type=int, default=None, metavar="N",
                    help="price row splits as `compile --cpu-chunks N` builds them (default: "
                         "the pair's, 2 where copies overlap kernels)")
+    p.add_argument("--memory-cap", type=_memory_cap, default=Options.memory_cap,
+                   metavar="RATIO", help="most memory a plan may take against the GPU-only "
+                   "plan's, counting what the roles share: both where they share one memory, "
+                   "the GPU's where it has its own (default %(default)s; 'off': no cap)")
     p.add_argument("--candidates", action="store_true",
                    help="also plan for a CPU slower or faster than predicted and keep the "
                         "distinct plans as candidates: `compile --guard` builds them beside "
@@ -65,12 +82,13 @@ def _run_plan(args: argparse.Namespace) -> int:
         costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies,
                               cpu_chunks=args.cpu_chunks)
     mg = build_graph(mod)
-    result = make_plan(mg, args.strategy, costs)
+    options = Options(memory_cap=args.memory_cap)
+    result = make_plan(mg, args.strategy, costs, options)
     found = {}
     if args.candidates and costs is not None:
         from ..planner.candidates import with_candidates
 
-        found = with_candidates(result, mg, costs, args.strategy)
+        found = with_candidates(result, mg, costs, args.strategy, options=options)
     result.plan.save(args.output, inputs=[path for path in (args.model, args.predictor, cache)
                                           if path and Path(path).exists()])
     print(format_table(plan_rows(mod, result.plan),
@@ -82,6 +100,8 @@ def _run_plan(args: argparse.Namespace) -> int:
               f"on its costs")
     if args.candidates and not found:
         print("candidates: none (every CPU speed tried gives this plan or one processor)")
+    for note in result.layout.notes:
+        print(note)
     print(f"{args.strategy}: predicted {result.predicted_us / 1e3:.3f} ms ({src}); "
           f"wrote {args.output}")
     return 0

@@ -17,6 +17,7 @@ from .costs import (
     CostSource,
     MeasuredCosts,
     OverlappedCosts,
+    PairCosts,
     PredictorCosts,
     SerialCosts,
 )
@@ -184,16 +185,19 @@ def for_pair(costs: CostSource | None, pair: DevicePair, block_copies: bool | No
     share the host's cores, in :class:`OverlappedCosts` where its copies overlap kernels,
     in :class:`BlockCopyCosts` where its row slices and joins are 2-D copies too (a CUDA
     pair by default; ``block_copies=False``: plans for ``compile(..., block_copies=False)``).
-    ``cpu_chunks``: plans for ``compile(..., cpu_chunks=N)`` (None: the pair's default)."""
+    ``cpu_chunks``: plans for ``compile(..., cpu_chunks=N)`` (None: the pair's default).
+    Each carries whether the pair's roles share one memory (``shared_memory``; a pair with
+    nothing else to say and memory of the GPU's own gets a :class:`PairCosts`)."""
     check_cpu_chunks(cpu_chunks)
     if costs is None:
         return None
+    shared = pair.shares_memory
     if pair.is_cpu_only:
-        return SerialCosts(costs)
+        return SerialCosts(costs, shared_memory=shared)
     if not pair.overlaps_copies:
-        return costs
+        return costs if shared else PairCosts(costs, shared_memory=False)
     blocks = pair.runs_block_copies and block_copies is not False
-    return (BlockCopyCosts if blocks else OverlappedCosts)(costs, cpu_chunks)
+    return (BlockCopyCosts if blocks else OverlappedCosts)(costs, cpu_chunks, shared)
 
 
 def _resolve_costs(predictor: str | None, pair: DevicePair, mod: tvm.IRModule | None,

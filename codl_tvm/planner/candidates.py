@@ -21,6 +21,7 @@ from .api import PlanResult, make_plan
 from .bench import plan_key
 from .cost_source import CostSourceBase, as_source
 from .opgraph import ModelGraph
+from .strategies import Options
 
 # the CPU's kernel times are scaled by these (1.25^k: steps the guard's timing resolves),
 # besides the predictor's own ratio
@@ -36,7 +37,8 @@ class ScaledCosts(CostSourceBase):
             raise ValueError(f"cpu_scale must be positive, got {cpu_scale!r}")
         self.costs, self.cpu_scale = as_source(costs), float(cpu_scale)
         self.label = f"{self.costs.label}, CPU kernels x{self.cpu_scale:g}"
-        for flag in ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks"):
+        for flag in ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks",
+                     "shared_memory"):
             setattr(self, flag, getattr(self.costs, flag))
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
@@ -69,15 +71,16 @@ def label(cpu_scale: float) -> str:
 
 
 def with_candidates(result: PlanResult, mg: ModelGraph, costs: Any, strategy: str = "codl",
-                    cpu_scales: tuple[float, ...] = CPU_SCALES) -> dict[str, PlanResult]:
-    """Plan ``mg`` with ``strategy`` on ``costs`` scaled by each of ``cpu_scales``, and add
-    to ``result.plan.candidates`` each plan that uses both processors and differs from the
-    plan and from the candidates before it. Returns the candidates' results by label (their
-    ``predicted_us`` on the scaled costs)."""
+                    cpu_scales: tuple[float, ...] = CPU_SCALES,
+                    options: Options | None = None) -> dict[str, PlanResult]:
+    """Plan ``mg`` with ``strategy`` (and ``options``) on ``costs`` scaled by each of
+    ``cpu_scales``, and add to ``result.plan.candidates`` each plan that uses both processors
+    and differs from the plan and from the candidates before it. Returns the candidates'
+    results by label (their ``predicted_us`` on the scaled costs)."""
     seen = {plan_key(result.plan)}
     added: dict[str, PlanResult] = {}
     for scale in cpu_scales:
-        res = make_plan(mg, strategy, ScaledCosts(costs, scale))
+        res = make_plan(mg, strategy, ScaledCosts(costs, scale), options)
         key = plan_key(res.plan)
         if res.plan.single_device() is None and key not in seen:
             seen.add(key)

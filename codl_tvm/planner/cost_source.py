@@ -49,6 +49,10 @@ class CostSourceBase:
     cpu_chunks : int
         Most chunks the CPU's part of a row split runs in, each uploaded while the next
         computes (:attr:`~codl_tvm.DevicePair.cpu_chunks`; with ``overlap`` only).
+    shared_memory : bool
+        The pair's two roles draw on one memory (:attr:`~codl_tvm.DevicePair.shares_memory`),
+        so a plan's memory cap counts both roles' bytes; False: the GPU has memory of its
+        own and the cap counts the GPU's (:func:`~codl_tvm.planner.strategies.cap_memory`).
     """
 
     label: str = "costs"
@@ -58,6 +62,7 @@ class CostSourceBase:
     overlap: bool = False
     block_copies: bool = False
     cpu_chunks: int = 1
+    shared_memory: bool = True
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:
         raise NotImplementedError
@@ -106,7 +111,8 @@ class _Adapted(CostSourceBase):
     read here, once, and the defaults fill the rest (its own ``move_us`` and
     ``split_sharing`` are not used: a source that prices those subclasses the base)."""
 
-    FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks")
+    FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks",
+             "shared_memory")
 
     def __init__(self, costs: Any) -> None:
         self.costs = costs

@@ -32,7 +32,7 @@ from .cost_source import CostSource, CostSourceBase, as_source
 
 __all__ = [
     "AnalyticCosts", "BlockCopyCosts", "CostSource", "CostSourceBase", "MeasuredCosts",
-    "OverlappedCosts", "PredictorCosts", "SerialCosts", "as_source",
+    "OverlappedCosts", "PairCosts", "PredictorCosts", "SerialCosts", "as_source",
 ]
 
 
@@ -68,16 +68,20 @@ class PredictorCosts(CostSourceBase):
             return False
 
 
-class _PairCosts(CostSourceBase):
+class PairCosts(CostSourceBase):
     """``costs`` as a kind of pair runs a split: the same times, with the pair's flags
     (``concurrent``, ``overlap``, ``block_copies``) that the planner's
-    :class:`~codl_tvm.planner.search.UnitCost` and ``explain``'s timeline read."""
+    :class:`~codl_tvm.planner.search.UnitCost` and ``explain``'s timeline read, and whether
+    the roles share one memory (``shared_memory``), which the plan's memory cap reads."""
 
     note = ""
 
-    def __init__(self, costs: Any, cpu_chunks: int | None = None) -> None:
+    def __init__(self, costs: Any, cpu_chunks: int | None = None,
+                 shared_memory: bool = True) -> None:
         self.costs = as_source(costs)
-        self.label = f"{self.costs.label}, {self.note}"
+        self.shared_memory = bool(shared_memory)
+        notes = [self.note] + ([] if self.shared_memory else ["the GPU's own memory"])
+        self.label = ", ".join([self.costs.label, *filter(None, notes)])
         if cpu_chunks is not None:  # as `compile(..., cpu_chunks=...)` builds the splits
             self.cpu_chunks = cpu_chunks
 
@@ -98,14 +102,15 @@ class _PairCosts(CostSourceBase):
     def sharing_us(self, op: str, role: str, nbytes: float) -> float:
         return self.costs.sharing_us(op, role, nbytes)
 
-    def in_model(self, footprint_bytes: int) -> _PairCosts:
-        return type(self)(self.costs.in_model(footprint_bytes), self.cpu_chunks)
+    def in_model(self, footprint_bytes: int) -> PairCosts:
+        return type(self)(self.costs.in_model(footprint_bytes), self.cpu_chunks,
+                          self.shared_memory)
 
     def in_range(self, sub: OpSpec) -> bool:
         return self.costs.in_range(sub)
 
 
-class SerialCosts(_PairCosts):
+class SerialCosts(PairCosts):
     """``costs`` of a pair whose two roles compute on the same cores (the ``cpu-pair``): a
     split's parts then run one after the other, so a unit costs the sum of its parts, not the
     slower one, and co-execution gains nothing."""
@@ -114,7 +119,7 @@ class SerialCosts(_PairCosts):
     note = "roles on shared cores"
 
 
-class OverlappedCosts(_PairCosts):
+class OverlappedCosts(PairCosts):
     """``costs`` of a pair whose runtime overlaps a split's copies with its kernels (a CUDA
     GPU: :class:`~codl_tvm.passes.OverlapCopies`): a split's copies to and from the CPU
     delay the CPU's part, not the GPU's (:class:`~codl_tvm.planner.search.UnitCost`)."""

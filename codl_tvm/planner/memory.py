@@ -32,6 +32,9 @@ def layout_memory(nodes: list[OpNode], lay: Layout) -> dict[str, int]:
             "cpu_weight_bytes": weights["cpu"], "gpu_weight_bytes": weights["gpu"]}
 
 
-def total_bytes(nodes: list[OpNode], lay: Layout) -> int:
+def capped_bytes(nodes: list[OpNode], lay: Layout, shared_memory: bool = True) -> int:
+    """The bytes a memory cap counts: both roles' where they share one memory, else the
+    GPU's alone (a discrete GPU's memory is the scarce one; the CPU's copies of weights live
+    in the host's)."""
     mem = layout_memory(nodes, lay)
-    return mem["cpu_bytes"] + mem["gpu_bytes"]
+    return mem["cpu_bytes"] + mem["gpu_bytes"] if shared_memory else mem["gpu_bytes"]

@@ -94,6 +94,7 @@ class Layout:
     ops: dict[str, tuple[str, str | None, float | None]] = field(default_factory=dict)
     chains: list[tuple[list[str], str, float]] = field(default_factory=list)
     io: str = "gpu"  # where the model's inputs and outputs live
+    notes: list[str] = field(default_factory=list)  # why the strategy changed its plan
 
     def place(self, op_id: str) -> tuple[str, str | None, float | None]:
         return self.ops.get(op_id, ("gpu", None, None))
