@@ -76,7 +76,12 @@ CASES = [
     ("unknown pair preset", ["compile", "model.onnx", "--pair", "no-pair", "-o", "a"]),
     ("--cpu-chunks below 1", ["compile", "model.onnx", "--pair", "cpu-pair", "--cpu-chunks",
                               "0", "-o", "a"]),
+    ("--memory-cap below 1", ["plan", "model.onnx", "--pair", "cpu-pair", "--memory-cap",
+                              "0.5", "-o", "p.json"]),
     ("pair JSON malformed", ["compile", "model.onnx", "--pair", '{"cpu": ', "-o", "a"]),
+    ("pair shared_memory not a boolean", [
+        "compile", "model.onnx", "--pair", '{"cpu": {"kind": "llvm"}, "gpu": {"kind": "llvm"}, '
+        '"shared_memory": "yes"}', "-o", "a"]),
     ("plan not valid JSON", ["compile", "model.onnx", "--pair", "cpu-pair", "--plan",
                              "broken.json", "-o", "a"]),
     ("plan names an unknown op", ["compile", "model.onnx", "--pair", "cpu-pair", "--plan",

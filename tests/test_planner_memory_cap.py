@@ -108,14 +108,12 @@ def test_a_bad_shared_memory_value_is_refused():
 
 
 def test_the_cli_takes_a_ratio_or_off():
-    from argparse import ArgumentTypeError
+    from codl_tvm.commands.plan import memory_cap
 
-    from codl_tvm.commands.plan import _memory_cap
-
-    assert _memory_cap("1.5") == 1.5 and _memory_cap("off") is None
+    assert memory_cap("1.5") == 1.5 and memory_cap("off") is None
     for bad in ("0.9", "x", "nan"):
-        with pytest.raises(ArgumentTypeError, match="at least 1"):
-            _memory_cap(bad)
+        with pytest.raises(ValueError, match="at least 1"):
+            memory_cap(bad)
 
 
 def test_a_plan_kept_on_one_processor_says_why():

@@ -35,8 +35,8 @@ def cache_folder(out: str | None) -> Path:
     return Path(out).resolve().parent if out else Path.cwd()
 
 
-def _memory_cap(text: str) -> float | None:
-    """``--memory-cap``: a ratio of at least 1, or ``off``."""
+def memory_cap(text: str) -> float | None:
+    """``--memory-cap``: a ratio of at least 1, or ``off`` (None: no cap)."""
     if text.strip().lower() in ("off", "none"):
         return None
     try:
@@ -44,7 +44,7 @@ def _memory_cap(text: str) -> float | None:
     except ValueError:
         cap = float("nan")
     if not cap >= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a ratio of at least 1 or 'off', not {text!r}")
+        raise ValueError(f"--memory-cap must be a ratio of at least 1 or 'off', got {text!r}")
     return cap
 
 
@@ -58,7 +58,7 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-chunks", type=int, default=None, metavar="N",
                    help="price row splits as `compile --cpu-chunks N` builds them (default: "
                         "the pair's, 2 where copies overlap kernels)")
-    p.add_argument("--memory-cap", type=_memory_cap, default=Options.memory_cap,
+    p.add_argument("--memory-cap", default=str(Options.memory_cap),
                    metavar="RATIO", help="most memory a plan may take against the GPU-only "
                    "plan's, counting what the roles share: both where they share one memory, "
                    "the GPU's where it has its own (default %(default)s; 'off': no cap)")
@@ -75,6 +75,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from ..planner.opgraph import build_graph
 
     check_cpu_chunks(args.cpu_chunks, "--cpu-chunks")  # before any work
+    options = Options(memory_cap=memory_cap(args.memory_cap))
     mod, pair, cache = _load(args, args.output)
     costs = None
     if args.strategy not in ("cpu-only", "gpu-only"):
@@ -82,7 +83,6 @@ def _run_plan(args: argparse.Namespace) -> int:
         costs = resolve_costs(want, pair, mod, cache, block_copies=args.block_copies,
                               cpu_chunks=args.cpu_chunks)
     mg = build_graph(mod)
-    options = Options(memory_cap=args.memory_cap)
     result = make_plan(mg, args.strategy, costs, options)
     found = {}
     if args.candidates and costs is not None:
