@@ -183,7 +183,8 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         costs = as_source(costs).in_model(footprint_bytes(docs))
         rows = plan_rows(mod, plan, costs.cpu_chunks if costs.overlap else 1)
         timeline = layout(rows, specs, costs, plan.io_device)
-    notes = list(dict.fromkeys(str(w.message) for w in caught))
+    # the planner's own notes first: why the plan is what it is
+    notes = list(dict.fromkeys([*plan.notes, *(str(w.message) for w in caught)]))
     return Explanation(rows, timeline, costs.label, costs.unit, notes)
 
 

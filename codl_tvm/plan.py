@@ -12,7 +12,8 @@ Example::
         "max_pool2d_0": {"place": "split", "dim": "H", "ratio": 0.7}
       },
       "chains": [{"ops": ["conv2d_0", "max_pool2d_0"], "dim": "H", "ratio": 0.7}],
-      "candidates": {"cpu-x1.25": {"format": "codl-tvm-plan", ...}}
+      "candidates": {"cpu-x1.25": {"format": "codl-tvm-plan", ...}},
+      "notes": ["memory cap: 2 H split(s) (conv2d_3, conv2d_4) made OC splits ..."]
     }
 
 ``ratio`` is the GPU's share of the split dimension (rounded to whole rows/channels). Ops the
@@ -20,7 +21,8 @@ plan does not name run on the GPU. A chain is a run of consecutive ops that shar
 data crosses devices only at the chain's ends (CoDL section 4.2). ``candidates`` (optional)
 are other plans of the same model, by label: ``compile(..., guard=True)`` builds each beside the
 plan, and the runtime runs the fastest where it loads the artifact
-(:mod:`codl_tvm.planner.candidates`).
+(:mod:`codl_tvm.planner.candidates`). ``notes`` (optional) say why the planner changed the
+plan it would otherwise have made; ``explain`` prints them.
 """
 
 from __future__ import annotations
@@ -104,6 +106,9 @@ class Plan:
     candidates : dict[str, Plan]
         Other plans of the model by label (lower-case letters, digits, ``.`` and ``-``), built
         beside this one by ``compile(..., guard=True)``; the runtime runs the fastest.
+    notes : list of str
+        Why the planner changed the plan it would otherwise have made (a memory cap, a
+        single processor kept); not part of what the plan places.
     """
 
     ops: dict[str, OpPlacement] = field(default_factory=dict)
@@ -112,6 +117,7 @@ class Plan:
     num_ops: int | None = None
     io_device: str = "gpu"
     candidates: dict[str, Plan] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     # ---- constructors -------------------------------------------------------------------
     @classmethod
@@ -165,7 +171,7 @@ class Plan:
             "ops": {k: v.to_json() for k, v in self.ops.items()},
             "chains": [c.to_json() for c in self.chains],
         } | ({"candidates": {k: c.to_json() for k, c in self.candidates.items()}}
-             if self.candidates else {})
+             if self.candidates else {}) | ({"notes": list(self.notes)} if self.notes else {})
 
     @classmethod
     def from_json(cls, doc: Any, source: str = "plan") -> Plan:
@@ -186,6 +192,10 @@ class Plan:
         for i, entry in enumerate(doc.get("chains") or []):
             plan.chains.append(_chain_from_json(i, entry, source))
         plan.candidates = _candidates_from_json(doc.get("candidates"), source)
+        notes = doc.get("notes", [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise PlanError(f"{source}: notes must be a list of strings")
+        plan.notes = list(notes)
         return plan
 
     @classmethod

@@ -121,3 +121,25 @@ def test_a_plan_kept_on_one_processor_says_why():
     lay = STRATEGIES["codl"].fn(nodes, Evaluator(RowCosts()), Options(min_plan_gain=0.99))
     assert {place for place, _, _ in lay.ops.values()} == {"gpu"}
     assert any("GPU-only runs" in note for note in lay.notes)
+
+
+def test_the_plan_file_keeps_the_notes_and_explain_prints_them(tmp_path):
+    import codl_tvm
+    from codl_tvm import zoo
+    from codl_tvm.explain import explain
+    from codl_tvm.plan import Plan, PlanError
+    from codl_tvm.planner.bench import plan_key
+    from codl_tvm.planner.costs import AnalyticCosts
+
+    mod = codl_tvm.load_model(zoo.get("tiny-cnn"))
+    plan = Plan.uniform(mod, "H", 0.5)
+    plain = plan_key(plan)
+    plan.notes = ["memory cap: 1 H split(s) (conv2d_0) made OC splits or whole ops"]
+    plan.save(tmp_path / "p.json")
+    back = Plan.load(tmp_path / "p.json")
+    assert back.notes == plan.notes
+    assert plan_key(back) == plain  # the notes say why; they are not what the plan places
+    assert explain(mod, back, AnalyticCosts.placeholder()).notes[0] == plan.notes[0]
+    doc = back.to_json() | {"notes": "not a list"}
+    with pytest.raises(PlanError, match="notes"):
+        Plan.from_json(doc)

@@ -48,6 +48,7 @@ def to_plan(lay: Layout, mg: ModelGraph) -> Plan:
         plan.ops[n.op_id] = (OpPlacement("split", dim, float(ratio)) if place == "split"
                              else OpPlacement(place))
     plan.chains = [Chain(list(ids), dim, float(r)) for ids, dim, r in lay.chains]
+    plan.notes = list(lay.notes)
     return plan
 
 

@@ -86,10 +86,14 @@ def bench(
 
 
 def plan_key(plan: Any) -> str:
-    """A plan's content (placements, chains, io device) as a comparable string."""
+    """A plan's content (placements, chains, io device, candidates) as a comparable string;
+    its notes, which say why it was made so, are not content."""
     import json
 
-    return json.dumps(plan.to_json(), sort_keys=True)
+    doc = plan.to_json()
+    for part in (doc, *doc.get("candidates", {}).values()):
+        part.pop("notes", None)
+    return json.dumps(doc, sort_keys=True)
 
 
 def _remote(session: Any, exe: Any, path: Path) -> Any:
