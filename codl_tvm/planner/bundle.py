@@ -52,7 +52,7 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     from .. import compile as codl_compile
     from ..executable import guard_plans
     from .bench import plan_all, plan_key
-    from .candidates import with_candidates
+    from .candidates import CPU_SCALES, with_candidates
     from .opgraph import build_graph
     from .search import Evaluator
 
@@ -73,8 +73,7 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     reps: dict[str, str] = {p["key"]: n for n, p in kept.items() if "same_as" not in p}
     results = plan_all(mg, names, costs, oracle_costs)
     if candidates and "codl" in results:
-        with_candidates(results["codl"], mg, costs, **({"cpu_scales": cpu_scales}
-                                                         if cpu_scales else {}))
+        with_candidates(results["codl"], mg, costs, cpu_scales=cpu_scales or CPU_SCALES)
     if guard:  # the single-processor plans first: the others refer to their artifacts
         if not {"gpu-only", "cpu-only"} <= results.keys():
             raise ValueError("a guarded bundle needs the gpu-only and cpu-only plans")

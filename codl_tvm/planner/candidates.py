@@ -19,7 +19,7 @@ from ..predictor.opspec import OpSpec
 from ..predictor.split_sharing import SplitSharing, SplitUnit
 from .api import PlanResult, make_plan
 from .bench import plan_key
-from .cost_source import CostSourceBase, as_source
+from .cost_source import FLAGS, CostSourceBase, as_source
 from .opgraph import ModelGraph
 from .strategies import Options
 
@@ -37,8 +37,7 @@ class ScaledCosts(CostSourceBase):
             raise ValueError(f"cpu_scale must be positive, got {cpu_scale!r}")
         self.costs, self.cpu_scale = as_source(costs), float(cpu_scale)
         self.label = f"{self.costs.label}, CPU kernels x{self.cpu_scale:g}"
-        for flag in ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks",
-                     "shared_memory"):
+        for flag in FLAGS:
             setattr(self, flag, getattr(self.costs, flag))
 
     def kernel_us(self, role: str, sub: OpSpec) -> float:

@@ -26,6 +26,10 @@ class CostSource(Protocol):
     def sharing_us(self, op: str, role: str, nbytes: float) -> float: ...
 
 
+# the optional flags of the protocol (:class:`CostSourceBase`), which wrappers pass through
+FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks", "shared_memory")
+
+
 class CostSourceBase:
     """The whole cost-source protocol, with the defaults of its optional parts.
 
@@ -111,13 +115,10 @@ class _Adapted(CostSourceBase):
     read here, once, and the defaults fill the rest (its own ``move_us`` and
     ``split_sharing`` are not used: a source that prices those subclasses the base)."""
 
-    FLAGS = ("unit", "slow", "concurrent", "overlap", "block_copies", "cpu_chunks",
-             "shared_memory")
-
     def __init__(self, costs: Any) -> None:
         self.costs = costs
         self.label = getattr(costs, "label", type(costs).__name__)
-        for name in self.FLAGS:
+        for name in FLAGS:
             if hasattr(costs, name):
                 setattr(self, name, getattr(costs, name))
 
