@@ -59,7 +59,7 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
-    pair = x86_cuda(True if args.shared_memory else None)
+    pair = x86_cuda(args.shared_memory or None)  # None: as the pair says (own memory)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     # as the pair runs splits: copies beside kernels on CUDA (planner.api.for_pair), block
