@@ -120,6 +120,7 @@ def report(args: argparse.Namespace) -> int:
     doc = {"sms": args.sms, "gpu": args.gpu, "rows": rows}
     write_json(args.output, doc, dumps=lambda d: json.dumps(d, indent=1) + "\n")
     print(markdown_table(rows))
+    print(share_table(rows))
     print(candidates_table(rows))
     print(prediction_table(rows))
     return 0
@@ -149,6 +150,18 @@ def markdown_table(rows: list[dict]) -> str:
             *(cell(p, "speedup", ".2f") for p in strategies),
             cell("codl", "ideal_share", ".0%"), ratio,
             *([_plan_alone(mine)] if guarded else [])]) + " |")  # fmt: skip
+    return "\n".join(out)
+
+
+def share_table(rows: list[dict]) -> str:
+    """Per model: every strategy's share of the ideal gain (``ideal_share``: 0 where it runs
+    the best single processor, 1 where it reaches the per-op ideal); "-" where not built."""
+    strategies = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
+    out = ["| model | " + " | ".join(strategies) + " |", "|---|" + "---:|" * len(strategies)]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = {r["plan"]: r.get("ideal_share") for r in rows if r["model"] == model}
+        cells = ["-" if mine.get(p) is None else f"{mine[p]:.0%}" for p in strategies]
+        out.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -246,6 +259,38 @@ def repriced(rows: list[dict], predictor: str, plans: Path) -> list[dict]:
     return out
 
 
+def oracle_share(args: argparse.Namespace) -> int:
+    """What the oracle's own search reaches on its measurements: per model, CPU-only,
+    GPU-only and the oracle's plan priced on the oracle's samples, and the plan's share of
+    the ideal gain those same samples give (no run; a bound on what per-op splits at the
+    measured shares can reach)."""
+    import json
+
+    import codl_tvm
+    from codl_tvm import zoo
+    from codl_tvm.planner import MeasuredCosts, build_graph
+    from codl_tvm.planner.api import estimate, for_pair
+    from codl_tvm.planner.timing import calibrated_ideal_us
+    from codl_tvm.profiler import read_samples
+
+    costs = for_pair(MeasuredCosts(read_samples(args.oracle_samples)), x86_cuda())
+    build_dir = Path(args.plans)
+    index = json.loads((build_dir / "index.json").read_text())
+    print("| model | CPU-only ms | GPU-only ms | ideal ms | oracle's plan ms "
+          "| share of ideal gain |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for model, entry in index.items():
+        mg = build_graph(codl_tvm.load_model(zoo.get(model)))
+        est = {p: estimate(mg, codl_tvm.Plan.load(build_dir / model / f"{p}.plan.json"), costs)
+               for p in ("cpu-only", "gpu-only", "oracle")}
+        ideal = calibrated_ideal_us(entry["per_op_us"], est["cpu-only"], est["gpu-only"])
+        best = min(est["cpu-only"], est["gpu-only"])
+        print(f"| {model} | {est['cpu-only'] / 1e3:.2f} | {est['gpu-only'] / 1e3:.2f} | "
+              f"{ideal / 1e3:.2f} | {est['oracle'] / 1e3:.2f} | "
+              f"{(best - est['oracle']) / (best - ideal):.0%} |")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -293,11 +338,14 @@ def main() -> int:
     w.add_argument("files", nargs="+", help="result files (benchmarks/results/bench-*.json)")
     w.add_argument("--predictor", help="price every plan anew with this predictor JSON")
     w.add_argument("--plans", help="with --predictor: the build's folder (MODEL/PLAN.plan.json)")
+    o = sub.add_parser("oracle-share", help="the oracle's plans priced on its own samples")
+    o.add_argument("oracle_samples", help="the samples CSV the oracle was planned on")
+    o.add_argument("--plans", required=True, help="the build's folder (MODEL/PLAN.plan.json)")
     args = p.parse_args()
     if args.cmd == "predictions" and args.predictor and not args.plans:
         p.error("predictions --predictor needs --plans (the build's folder)")
     return {"build": build, "run": run, "report": report,
-            "predictions": predictions}[args.cmd](args)
+            "predictions": predictions, "oracle-share": oracle_share}[args.cmd](args)
 
 
 if __name__ == "__main__":
