@@ -160,7 +160,9 @@ def share_table(rows: list[dict]) -> str:
     out = ["| model | " + " | ".join(strategies) + " |", "|---|" + "---:|" * len(strategies)]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {r["plan"]: r.get("ideal_share") for r in rows if r["model"] == model}
-        cells = ["-" if mine.get(p) is None else f"{mine[p]:.0%}" for p in strategies]
+        # a share that rounds to zero is printed as 0%, whatever its sign
+        cells = ["-" if mine.get(p) is None else f"{mine[p] + 0.0:.0%}".replace("-0%", "0%")
+                 for p in strategies]
         out.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -154,3 +154,17 @@ def test_bench_report_gives_each_candidates_speedup_and_the_guards_choice():
     gpu_plan = {"chosen": "plan", "latency_ms": {"plan": 9.0, "plan-cpu-x0.8": 9.5,
                                                   "cpu-only": 30.0}}
     assert bench._plan_alone({"codl": {"guard": gpu_plan}}) == "1.00 (plan)"
+
+
+def test_bench_report_gives_every_strategys_share_of_the_ideal_gain():
+    from helpers import load_benchmark
+
+    bench = load_benchmark("bench_models")
+    rows = [{"model": "m", "plan": "codl", "ideal_share": 0.594},
+            {"model": "m", "plan": "mulayer", "ideal_share": -0.004},
+            {"model": "m", "plan": "eop", "ideal_share": -0.031}]
+    table = bench.share_table(rows).splitlines()
+    assert table[0].startswith("| model | layer-to-processor | mulayer |")
+    cells = dict(zip(table[0].strip("| ").split(" | "), table[2].strip("| ").split(" | ")))
+    assert cells["codl"] == "59%" and cells["mulayer"] == "0%" and cells["eop"] == "-3%"
+    assert cells["oracle"] == "-"  # not built
