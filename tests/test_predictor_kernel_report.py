@@ -8,6 +8,7 @@ import csv
 import json
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 
 from codl_tvm.cli import main
@@ -66,7 +67,7 @@ def test_report_keeps_its_fields_and_gains_kernels(rows, kernels):
     assert [(k["processor"], k["op"], k["algorithm"], k["n"]) for k in rep["kernels"]] == [
         (k["processor"], k["op"], k["algorithm"], k["n"]) for k in kernels
     ]
-    assert all(set(k) == {"processor", "op", "algorithm", "n", "acc10", "mape"}
+    assert all(set(k) == {"processor", "op", "algorithm", "n", "acc10", "mape", "median_ratio"}
                for k in rep["kernels"])  # fmt: skip
 
 
@@ -130,3 +131,14 @@ def test_report_cli_json_and_table(capsys):
     text = capsys.readouterr().out
     assert "MAPE" in text and "gpu-conv-tiled-split-k" in text
     assert format_kernel_table(doc["kernels"]) in text
+
+
+def test_a_kernel_priced_one_factor_off_shows_it_in_its_median_ratio():
+    from codl_tvm.predictor.accuracy import _stats
+
+    pred = np.array([100.0, 200.0, 400.0, 50.0])
+    stats = _stats(pred, pred * 0.5)  # every row ran in half its predicted time
+    assert stats["acc10"] == 0.0 and stats["mape"] == pytest.approx(1.0)
+    assert stats["median_ratio"] == pytest.approx(0.5)
+    scatter = _stats(pred, pred * np.array([0.8, 1.25, 0.9, 1.1]))  # scatter, no bias
+    assert scatter["median_ratio"] == pytest.approx(1.0)

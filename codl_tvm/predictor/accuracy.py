@@ -34,7 +34,10 @@ def split_models(
 
 def _stats(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
     err = np.abs(pred - meas) / meas
-    return {"n": int(len(meas)), "acc10": float(np.mean(err <= 0.1)), "mape": float(np.mean(err))}
+    # the median of measured / predicted tells a bias (one factor off) from scatter
+    ratio = float(np.median(meas / np.maximum(pred, 1e-9)))
+    return {"n": int(len(meas)), "acc10": float(np.mean(err <= 0.1)), "mape": float(np.mean(err)),
+            "median_ratio": ratio}
 
 
 def predict_time_us(predictor: BasePredictor, ops: Sequence[OpSpec], repeat: int = 3) -> float:
@@ -104,8 +107,9 @@ def kernel_rows(
     list of dict
         Sorted by (processor, op, algorithm), each with ``processor`` (the row's role),
         ``op``, ``algorithm``, ``n`` (rows), ``acc10`` (fraction of rows predicted within
-        +-10% of the measured latency) and ``mape`` (mean absolute error over the measured
-        latency, a fraction).
+        +-10% of the measured latency), ``mape`` (mean absolute error over the measured
+        latency, a fraction) and ``median_ratio`` (the median of measured / predicted: a
+        kernel priced one factor off has it far from 1 whatever its scatter).
     """
     pred = predictor.predict(rows) if predicted_us is None else np.asarray(predicted_us)
     meas = np.array([r["latency_us"] for r in rows])
@@ -203,15 +207,15 @@ def format_kernel_table(kernels: Sequence[dict[str, Any]]) -> str:
     -------
     str
         A header and one line per kernel: processor, op, algorithm, n, acc10 and MAPE (both
-        in percent).
+        in percent), and the median of measured / predicted.
     """
     width = max([len("algorithm"), *(len(k["algorithm"]) for k in kernels)])
     lines = [f"{'processor':<9} {'op':<12} {'algorithm':<{width}} {'n':>5} {'acc10':>7} "
-             f"{'MAPE':>7}"]  # fmt: skip
+             f"{'MAPE':>7} {'meas/pred':>9}"]  # fmt: skip
     for k in kernels:
         lines.append(
             f"{k['processor']:<9} {k['op']:<12} {k['algorithm']:<{width}} {k['n']:>5} "
-            f"{k['acc10']:>7.1%} {k['mape']:>7.1%}"
+            f"{k['acc10']:>7.1%} {k['mape']:>7.1%} {k['median_ratio']:>9.2f}"
         )
     return "\n".join(lines)
 
