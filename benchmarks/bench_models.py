@@ -31,6 +31,8 @@ PLANS = ("cpu-only", "gpu-only", "layer-to-processor", "mulayer", "eop-equal", "
          "eop", "codl", "oracle")
 CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 GPU = {"kind": "cuda", "arch": "sm_90"}
+# the strategies beside the two single processors: the tables' columns
+STRATEGY_COLUMNS = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
 
 
 def x86_cuda(shared_memory: bool | None = None):
@@ -131,7 +133,7 @@ def markdown_table(rows: list[dict]) -> str:
     them, and codl's share of the ideal gain and latency against the oracle's. Where plans
     were guarded (``build --guard``), the speedup is of what the guard ran, and the last
     column is codl's plan's own speedup (what the guard measured of it)."""
-    strategies = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
+    strategies = STRATEGY_COLUMNS
     guarded = any("guard" in r for r in rows)
     head = ["model", "CPU ms", "GPU ms", *strategies, "codl ideal_share", "codl / oracle",
             *(["codl plan alone (guard ran)"] if guarded else [])]
@@ -156,12 +158,12 @@ def markdown_table(rows: list[dict]) -> str:
 def share_table(rows: list[dict]) -> str:
     """Per model: every strategy's share of the ideal gain (``ideal_share``: 0 where it runs
     the best single processor, 1 where it reaches the per-op ideal); "-" where not built."""
-    strategies = [p for p in PLANS if p not in ("cpu-only", "gpu-only")]
+    strategies = STRATEGY_COLUMNS
     out = ["| model | " + " | ".join(strategies) + " |", "|---|" + "---:|" * len(strategies)]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {r["plan"]: r.get("ideal_share") for r in rows if r["model"] == model}
         # a share that rounds to zero is printed as 0%, whatever its sign
-        cells = ["-" if mine.get(p) is None else f"{mine[p] + 0.0:.0%}".replace("-0%", "0%")
+        cells = ["-" if mine.get(p) is None else f"{mine[p]:.0%}".replace("-0%", "0%")
                  for p in strategies]
         out.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(out)
