@@ -58,6 +58,7 @@ def build(args: argparse.Namespace) -> int:
     from codl_tvm import zoo
     from codl_tvm.planner import MeasuredCosts, build_graph, bundle, predictor_costs
     from codl_tvm.planner.api import for_pair, oracle_jobs
+    from codl_tvm.planner.strategies import Options
     from codl_tvm.predictor.opspec import SHARING_KINDS
     from codl_tvm.profiler import read_samples
 
@@ -83,7 +84,8 @@ def build(args: argparse.Namespace) -> int:
         jobs += oracle_jobs(build_graph(mod), model=model)
         entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle,
                              block_copies=blocks, guard=args.guard,
-                             candidates=args.candidates, cpu_scales=args.cpu_scales)
+                             candidates=args.candidates, cpu_scales=args.cpu_scales,
+                             options=Options(branches=not args.no_branches))
         print(f"{model}: {len(entry['plans'])} plans, {time.time() - t0:.0f} s", flush=True)
     if not args.oracle_samples and not args.no_oracle_bundle:
         from codl_tvm.profiler.bundle import build_bundle
@@ -321,6 +323,8 @@ def main() -> int:
                    help="plan as if the CPU and the GPU shared one memory: the memory cap "
                         "counts both processors' bytes (a phone's rule; the baseline of a "
                         "discrete GPU's, which counts the GPU's)")
+    b.add_argument("--no-branches", action="store_true",
+                   help="codl never runs parallel branches whole on both processors at once")
     b.add_argument("--bundle-mb", type=int, default=8, help="size cap of the oracle bundle")
     b.add_argument("--no-oracle-bundle", action="store_true")
     b.add_argument("--pack", help="also write this .tgz of the output (what travels)")

@@ -13,7 +13,9 @@ Each model is built per plan with every option set of :data:`BUILDS` that applie
 - ``kernel-slices``: ``block_copies=False``, a split's row slices and concat as kernels
   (split plans on a CUDA GPU);
 - ``gpu-copies``: ``block_in_kernels=False``, block copies with the GPU's rows moved by
-  copies within the GPU instead of read in place.
+  copies within the GPU instead of read in place;
+- ``model-order``: ``issue_gpu_first=False``, bindings in the model's order (the default
+  issues the GPU's ready work before the host computes: IssueGpuWorkFirst).
 
 All builds of a model are timed interleaved in one process, so the ratios are what the options
 change; each is compared with its plan's first build (``unfused`` where it is built). Plans:
@@ -56,6 +58,8 @@ BUILDS = {
     "kernel-slices": ({"block_copies": False}, lambda plan, cuda: cuda and plan != "gpu-only"),
     "gpu-copies": ({"block_in_kernels": False},
                    lambda plan, cuda: cuda and plan != "gpu-only"),
+    "model-order": ({"issue_gpu_first": False},
+                    lambda plan, cuda: cuda and plan != "gpu-only"),
 }
 H100_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 H100_GPU = {"kind": "cuda", "arch": "sm_90"}

@@ -26,7 +26,7 @@ _LAZY = {
     "ModelError": "frontend", "load_model": "frontend", "list_ops": "graph",
     "from_torch": "frontend_torch", "KernelVariants": "tiling",
     "BindKernelTargets": "passes", "CoExecutionPartition": "passes", "FuseEpilogues": "passes",
-    "CombineParallelDense": "passes",
+    "CombineParallelDense": "passes", "IssueGpuWorkFirst": "passes",
     "PrepackWeights": "passes",
     "LiftDeviceConstants": "passes", "StageCrossDeviceCopies": "passes",
     "WriteSplitOutputsInPlace": "passes", "codl_pipeline": "pipeline", "Chain": "plan",

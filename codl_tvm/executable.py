@@ -129,6 +129,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     variants: KernelVariants | None = None, fuse: bool = True, cuda_graph: bool = False,
     overlap: bool | None = None, block_copies: bool | None = None,
     block_in_kernels: bool = True, guard: bool = False, cpu_chunks: int | None = None,
+    issue_gpu_first: bool | None = None,
 ) -> Executable:
     """Partition ``mod`` by ``plan`` on ``pair`` and build it.
 
@@ -173,6 +174,12 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         Most chunks the CPU's part of a row split runs in, each chunk's rows copied to the
         GPU while the next one computes; None: :attr:`DevicePair.cpu_chunks` (2 where copies
         overlap kernels, else 1). Recorded in the manifest (``cpu_chunks``).
+    issue_gpu_first : bool, optional
+        Issue the GPU's kernels and copies that are ready before the host computes on the
+        CPU (:class:`~codl_tvm.passes.IssueGpuWorkFirst`), so parallel branches on the two
+        processors run at once. None: where ``plan`` runs some op whole on the CPU beside
+        GPU work (:meth:`Plan.runs_whole_ops_on_both`); False keeps the model's order.
+        Recorded in the manifest (``issue_gpu_first``).
     guard : bool
         Where ``plan`` uses both processors, also build the model on each processor alone,
         and each of ``plan.candidates`` (:attr:`Executable.alternatives`,
@@ -185,25 +192,28 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     if plan is not None:
         plan.validate(mod)
     options = {"staging": staging, "variants": variants, "fuse": fuse, "cuda_graph": cuda_graph,
-               "overlap": overlap}  # what the guard's single-processor builds share
+               "overlap": overlap, "issue_gpu_first": issue_gpu_first}  # the guard's builds share
     if block_copies is None:
         block_copies = pair.runs_block_copies
     if block_copies and not (pair.runs_block_copies or pair.is_cpu_only):
         raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); the GPU of pair "
                          f"{pair.name!r} is {pair.gpu_spec['kind']}")
     _warn_old_switches()
+    issue = (plan is not None and plan.runs_whole_ops_on_both()) if issue_gpu_first is None \
+        else bool(issue_gpu_first)
     with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
                                 cuda_graph=cuda_graph, overlap=overlap,
                                 block_copies=block_copies,
                                 block_in_kernels=block_in_kernels,
-                                cpu_chunks=cpu_chunks)(mod)
+                                cpu_chunks=cpu_chunks, issue_gpu_first=issue)(mod)
         lowered, params, manifest = artifact_parts(mod, lowered, pair, plan, used)
         vm_exec = tvm.compile(lowered, target=None, relax_pipeline=None)
     manifest["fused"] = bool(fuse)
     manifest["overlap"] = calls_extern(lowered, streams.BEGIN)
     manifest["block_copies"] = calls_extern(lowered, streams.COPY_BLOCK)
     manifest["cpu_chunks"] = pair.cpu_chunks if cpu_chunks is None else cpu_chunks
+    manifest["issue_gpu_first"] = issue
     manifest["kernels_on_whole_tensors"] = sum(
         1 for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
         and f.attrs is not None and BLOCK_PARAMS_ATTR in f.attrs)

@@ -19,6 +19,7 @@ from .passes import (
     CoExecutionPartition,
     CombineParallelDense,
     FuseEpilogues,
+    IssueGpuWorkFirst,
     LiftDeviceConstants,
     LowerSlicesToBlockCopies,
     OverlapCopies,
@@ -107,7 +108,8 @@ def _legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
 
 def texture_phases(
-    base: list[tuple[str, list[tvm.transform.Pass]]], force: bool, fuse: bool = True
+    base: list[tuple[str, list[tvm.transform.Pass]]], force: bool, fuse: bool = True,
+    issue_gpu_first: bool | None = None,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """``base`` with Adreno's texture path for the GPU's calls (see ``passes/adreno_texture``).
 
@@ -130,7 +132,8 @@ def texture_phases(
         if name == "legalize":
             passes = [rt.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d,
                                       **cpu_fast_math_legalizations()}),
-                      *([FuseEpilogues()] if fuse else []), BindKernelTargets()]
+                      *([FuseEpilogues()] if fuse else []), BindKernelTargets(),
+                      *([IssueGpuWorkFirst()] if issue_gpu_first else [])]
         elif name == "schedule":
             # scopes after weight lifting: lifted weights stay on the GPU's global vdevice
             adreno = dl.ApplyDefaultSchedule(
@@ -151,6 +154,7 @@ def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
     fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
     block_copies: bool = False, block_in_kernels: bool = True, cpu_chunks: int | None = None,
+    issue_gpu_first: bool | None = None,
 ) -> list[tuple[str, list[tvm.transform.Pass]]]:
     """The pipeline as named phases, in order.
 
@@ -176,17 +180,28 @@ def phases(
     row split runs in, each copied to the GPU while the next computes
     (:class:`~codl_tvm.passes.CoExecutionPartition`).
 
+    ``issue_gpu_first`` issues the GPU's ready work before the host computes
+    (:class:`~codl_tvm.passes.IssueGpuWorkFirst`); False keeps the model's binding order;
+    None (default): where the plan runs some op whole on the CPU beside GPU work
+    (:meth:`Plan.runs_whole_ops_on_both`). At 8 SMs of an H100 it took Inception-V3's plan
+    with towers on the CPU from 11.34 to 7.96 ms, and made plans whose CPU work is all inside
+    split ops 1-4% slower (each split op is already ordered so; hoisting another branch's
+    kernels delays its GPU part): ``benchmarks/COEXEC.md``, "Parallel branches".
+
     ``texture`` (default: whether the pair's GPU target has the ``texture`` key, as the
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
     pair forces the NCHW4c layout rewrite on the GPU role alone (tests check its numbers).
     """
+    if issue_gpu_first is None:
+        issue_gpu_first = plan.runs_whole_ops_on_both()
     base = [
         ("prepare", prepare_passes()),
         ("partition", [CoExecutionPartition(plan, pair, pair.cpu_chunks if cpu_chunks is None
                                             else cpu_chunks), rt.RealizeVDevice()]),
         ("legalize", [rt.LegalizeOps(cpu_fast_math_legalizations()),
                       *([FuseEpilogues()] if fuse else []),
-                      BindKernelTargets()]),
+                      BindKernelTargets(),
+                      *([IssueGpuWorkFirst()] if issue_gpu_first else [])]),
         ("lift-cpu-weights", [LiftDeviceConstants()]),
         ("schedule", schedule_passes()),
         ("lower", lower_passes(staging, cuda_graph and graph_applies(pair, plan),
@@ -196,7 +211,7 @@ def phases(
     on_target = tex.is_texture_target(pair.gpu_target)
     if not (on_target if texture is None else texture):
         return base
-    return texture_phases(base, force=not on_target, fuse=fuse)
+    return texture_phases(base, force=not on_target, fuse=fuse, issue_gpu_first=issue_gpu_first)
 
 
 def graph_applies(pair: DevicePair, plan: Plan) -> bool:
@@ -209,12 +224,14 @@ def codl_pipeline(
     texture: bool | None = None, staging: bool = False, fuse: bool = True,
     cuda_graph: bool = False, overlap: bool | None = None, block_copies: bool = False,
     block_in_kernels: bool = True, cpu_chunks: int | None = None,
+    issue_gpu_first: bool | None = None,
 ):
     """All phases up to and including ``until`` (all when None) as one Sequential.
 
     ``plan=None`` places the whole model on the pair's GPU. It is resolved against the module
     when the pipeline runs. ``texture``, ``staging``, ``fuse``, ``cuda_graph``, ``overlap``,
-    ``block_copies``, ``block_in_kernels``, ``cpu_chunks``: see :func:`phases`.
+    ``block_copies``, ``block_in_kernels``, ``cpu_chunks``, ``issue_gpu_first``: see
+    :func:`phases`.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="CoDLPipeline")
@@ -226,7 +243,8 @@ def codl_pipeline(
         for name, passes in phases(pair, the_plan, texture=texture, staging=staging, fuse=fuse,
                                    cuda_graph=cuda_graph, overlap=overlap,
                                    block_copies=block_copies,
-                                   block_in_kernels=block_in_kernels, cpu_chunks=cpu_chunks):
+                                   block_in_kernels=block_in_kernels, cpu_chunks=cpu_chunks,
+                                   issue_gpu_first=issue_gpu_first):
             seq.extend(passes)
             if name == until:
                 break

@@ -151,6 +151,13 @@ class Plan:
             return None
         return self.io_device
 
+    def runs_whole_ops_on_both(self) -> bool:
+        """Whether some op runs whole on the CPU while others use the GPU: the plans whose
+        CPU work can run beside GPU work issued ahead of it
+        (:class:`~codl_tvm.passes.IssueGpuWorkFirst`), not only inside split ops."""
+        return self.single_device() is None and any(
+            p.place == "cpu" for p in self.ops.values())
+
     @classmethod
     def single(cls, mod: tvm.IRModule, place: str) -> Plan:
         """Every op on one processor (``"cpu"`` or ``"gpu"``), inputs and outputs there too."""

@@ -62,6 +62,9 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
                    metavar="RATIO", help="most memory a plan may take against the GPU-only "
                    "plan's, counting what the roles share: both where they share one memory, "
                    "the GPU's where it has its own (default %(default)s; 'off': no cap)")
+    p.add_argument("--no-branches", action="store_true",
+                   help="codl: never run parallel branches whole on both processors at once "
+                        "(by default it does where the estimate says that wins)")
     p.add_argument("--candidates", action="store_true",
                    help="also plan for a CPU slower or faster than predicted and keep the "
                         "distinct plans as candidates: `compile --guard` builds them beside "
@@ -75,7 +78,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from ..planner.opgraph import build_graph
 
     check_cpu_chunks(args.cpu_chunks, "--cpu-chunks")  # before any work
-    options = Options(memory_cap=memory_cap(args.memory_cap))
+    options = Options(memory_cap=memory_cap(args.memory_cap), branches=not args.no_branches)
     mod, pair, cache = _load(args, args.output)
     costs = None
     if args.strategy not in ("cpu-only", "gpu-only"):

@@ -6,6 +6,7 @@ from .bind_kernel_targets import BindKernelTargets
 from .co_execution_partition import CoExecutionPartition
 from .combine_parallel_dense import CombineParallelDense
 from .fuse_epilogues import FuseEpilogues
+from .issue_gpu_work_first import IssueGpuWorkFirst
 from .lift_device_constants import LiftDeviceConstants
 from .lower_slices_to_block_copies import LowerSlicesToBlockCopies
 from .overlap_copies import OverlapCopies
@@ -16,7 +17,8 @@ from .write_split_outputs_in_place import WriteSplitOutputsInPlace
 
 __all__ = [
     "AnnotateTextureScope", "BackTexturesWithBuffers", "BindKernelTargets",
-    "CoExecutionPartition", "CombineParallelDense", "FuseEpilogues", "LiftDeviceConstants",
+    "CoExecutionPartition", "CombineParallelDense", "FuseEpilogues", "IssueGpuWorkFirst",
+    "LiftDeviceConstants",
     "LowerSlicesToBlockCopies", "OverlapCopies", "PrepackWeights", "StageCrossDeviceCopies",
     "UseAdrenoTexture", "WriteSplitOutputsInPlace",
 ]

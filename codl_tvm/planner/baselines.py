@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from typing import Any
 
+from .branches import overlap_us, parallel_branches
 from .nodes import OpNode
 from .search import Evaluator, Layout, layout_cost
 
 MULAYER_RATIOS = (0.25, 0.5, 0.75)
 KEY_SHARE = 0.95  # EOP: the fewest ops making up 95% of the time are key operators
-MAX_BRANCHES = 8
 
 
 def _faster(ev: Evaluator, n: OpNode) -> tuple[str, None, None]:
@@ -28,59 +27,57 @@ def mulayer(nodes: list[OpNode], ev: Evaluator, opts: Any) -> Layout:
         cands = [(u.total_us, r) for r in MULAYER_RATIOS
                  if "OC" in n.dims and (u := ev.unit([n], "OC", r)) is not None]
         lay.ops[n.op_id] = ("split", "OC", min(cands)[1]) if cands else _faster(ev, n)
+    return distribute_branches(ev, nodes, lay)
+
+
+def distribute_branches(ev: Evaluator, nodes: list[OpNode], lay: Layout,
+                        keep: bool = False) -> Layout:
+    """muLayer's branch distribution (section 5): each group of parallel branches whole, one
+    processor per branch, where the best such mapping beats the plan's estimate, which
+    counts branches whole on different processors as running at once. ``keep`` (codl): a
+    branch may also keep its place in ``lay`` (its splits and chains) beside the others, in
+    groups of up to :data:`MAX_KEEP_BRANCHES` branches; a branch placed whole leaves its
+    chains. Groups with a chain reaching outside them stay as they are."""
+    moved: list[str] = []
     for branches in parallel_branches(nodes):
-        _distribute(ev, nodes, lay, branches)
+        members = {n.op_id for b in branches for n in b}
+        chains = [c for c in lay.chains if members & set(c[0])]
+        if any(n.spec is None for b in branches for n in b) or any(
+                not set(c[0]) <= members for c in chains):
+            continue
+        before = {op: lay.place(op) for op in members}
+        others = [c for c in lay.chains if c not in chains]
+        choices = ("gpu", "cpu", "keep") if keep and len(branches) <= MAX_KEEP_BRANCHES else (
+            "gpu", "cpu")
+        best_cost, best_map = layout_cost(ev, nodes, lay), None
+        for mapping in itertools.product(choices, repeat=len(branches)):
+            _place(lay, branches, mapping, before, others, chains)
+            cost = layout_cost(ev, nodes, lay)
+            if cost < best_cost - 1e-9:
+                best_cost, best_map = cost, mapping
+        _place(lay, branches, best_map or ("keep",) * len(branches), before, others, chains)
+        if best_map is not None and {"cpu", "gpu"} <= set(best_map):
+            moved.append(branches[0][0].op_id)
+    if moved:
+        lay.notes.append(
+            f"{len(moved)} group(s) of parallel branches ({', '.join(moved)}, ...) run whole "
+            f"on both processors at once, {overlap_us(ev, nodes, lay):.0f} us saved by the "
+            "estimate (explain's timeline draws them one after the other)")
     return lay
 
 
-def parallel_branches(nodes: list[OpNode]) -> list[list[list[OpNode]]]:
-    """Groups of branches: runs of ops (each the only reader of the previous) whose heads read
-    the same value, e.g. the four towers of an inception block."""
-    heads: dict[int, list[int]] = defaultdict(list)
-    for i, n in enumerate(nodes):
-        heads[n.input_key].append(i)
-    groups = []
-    for idx in heads.values():
-        if len(idx) < 2:
-            continue
-        branches = []
-        for i in idx:
-            run = [nodes[i]]
-            while nodes[run[-1].order].chain_next.get("H") and run[-1].order + 1 < len(nodes):
-                run.append(nodes[run[-1].order + 1])
-            branches.append(run)
-        groups.append(branches[:MAX_BRANCHES])
-    return groups
+MAX_KEEP_BRANCHES = 5  # 3^5 mappings at most per group
 
 
-def _distribute(ev: Evaluator, nodes: list[OpNode], lay: Layout,
-                branches: list[list[OpNode]]) -> None:
-    members = [n for b in branches for n in b]
-    before = {n.op_id: lay.place(n.op_id) for n in members}
-    best_cost, best_map = layout_cost(ev, nodes, lay), None
-    for mapping in itertools.product(("gpu", "cpu"), repeat=len(branches)):
-        for b, role in zip(branches, mapping):
-            for n in b:
-                lay.ops[n.op_id] = (role, None, None)
-        cost = _overlapped(ev, nodes, lay, branches, mapping)
-        if cost < best_cost:
-            best_cost, best_map = cost, mapping
-    for n in members:
-        lay.ops[n.op_id] = before[n.op_id]
-    if best_map is not None:
-        for b, role in zip(branches, best_map):
-            for n in b:
-                lay.ops[n.op_id] = (role, None, None)
-
-
-def _overlapped(ev: Evaluator, nodes: list[OpNode], lay: Layout, branches, mapping) -> float:
-    """Plan estimate where the CPU branches run while the GPU branches do (muLayer's
-    max of per-processor sums) instead of one after the other."""
-    serial = layout_cost(ev, nodes, lay)
-    per = {"cpu": 0.0, "gpu": 0.0}
-    for b, role in zip(branches, mapping):
-        per[role] += sum(ev.whole(n, role) for n in b)
-    return serial - min(per.values())
+def _place(lay: Layout, branches: list[list[OpNode]], mapping: tuple[str, ...],
+           before: dict[str, tuple], others: list, chains: list) -> None:
+    whole = set()
+    for b, role in zip(branches, mapping, strict=True):
+        for n in b:
+            lay.ops[n.op_id] = before[n.op_id] if role == "keep" else (role, None, None)
+            if role != "keep":
+                whole.add(n.op_id)
+    lay.chains = others + [c for c in chains if not whole & set(c[0])]
 
 
 # ---- EOP ------------------------------------------------------------------------------------

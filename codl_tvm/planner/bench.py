@@ -15,14 +15,15 @@ from .api import PlanResult, make_plan
 from .costs import CostSource
 from .opgraph import ModelGraph, build_graph
 from .search import Evaluator
-from .strategies import STRATEGIES
+from .strategies import STRATEGIES, Options
 from .timing import calibrated_ideal_us, interleaved, representatives, same_as, summarize
 
 DEFAULT_PLANS = tuple(STRATEGIES)
 
 
 def plan_all(mg: ModelGraph, names: list[str], costs: CostSource | None,
-             oracle_costs: CostSource | None = None) -> dict[str, PlanResult]:
+             oracle_costs: CostSource | None = None, options: Options | None = None
+             ) -> dict[str, PlanResult]:
     out = {}
     for name in names:
         src = oracle_costs if STRATEGIES[name].measured else costs
@@ -30,7 +31,7 @@ def plan_all(mg: ModelGraph, names: list[str], costs: CostSource | None,
             need = "measured costs" if STRATEGIES[name].measured else "predictor"
             print(f"skipping {name}: no {need}", file=sys.stderr)
             continue
-        out[name] = make_plan(mg, name, src)
+        out[name] = make_plan(mg, name, src, options)
     return out
 
 

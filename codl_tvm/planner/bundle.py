@@ -36,7 +36,8 @@ INDEX = "index.json"
 def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], costs: Any,
           oracle_costs: Any = None, block_copies: bool | None = None,
           guard: bool = False, candidates: bool = False,
-          cpu_scales: tuple[float, ...] | None = None) -> dict[str, Any]:
+          cpu_scales: tuple[float, ...] | None = None, options: Any = None
+          ) -> dict[str, Any]:
     """Plan ``mod`` with every strategy of ``names``, export each distinct plan under
     ``out/model/``, and record the model in ``out/index.json``; returns its index entry.
     ``block_copies``: passed to ``compile`` (price the plans so too). ``guard``: a plan that
@@ -45,7 +46,7 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
     among ``names``). ``candidates``: the ``codl`` plan also holds its candidates for other
     processor speeds (:mod:`codl_tvm.planner.candidates`; ``cpu_scales``: those speeds,
     default :data:`~codl_tvm.planner.candidates.CPU_SCALES`), built into its artifact where it
-    is guarded.
+    is guarded. ``options``: the search's knobs (:class:`~codl_tvm.planner.strategies.Options`).
 
     Plans of the model built earlier into the same folder (for the same pair) and not named
     in ``names`` are kept, so a plan can be added or rebuilt on its own."""
@@ -71,9 +72,10 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
         entry["per_op_source"] = src.label
     # plans kept from an earlier build of this model stay the representatives of their content
     reps: dict[str, str] = {p["key"]: n for n, p in kept.items() if "same_as" not in p}
-    results = plan_all(mg, names, costs, oracle_costs)
+    results = plan_all(mg, names, costs, oracle_costs, options)
     if candidates and "codl" in results:
-        with_candidates(results["codl"], mg, costs, cpu_scales=cpu_scales or CPU_SCALES)
+        with_candidates(results["codl"], mg, costs, cpu_scales=cpu_scales or CPU_SCALES,
+                        options=options)
     if guard:  # the single-processor plans first: the others refer to their artifacts
         if not {"gpu-only", "cpu-only"} <= results.keys():
             raise ValueError("a guarded bundle needs the gpu-only and cpu-only plans")

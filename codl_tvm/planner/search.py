@@ -23,6 +23,7 @@ from ..predictor.split_sharing import (
     chunked_cpu,
     spec_parts,
 )
+from .branches import overlap_us
 from .cost_source import CostSource, as_source
 from .glue import GlueOp
 from .nodes import OpNode, footprint_bytes
@@ -285,7 +286,8 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     they run a kernel of their own (:meth:`GlueOp.fused`).
 
     Values are copied once per device (as the partition pass does); the model's inputs and
-    outputs live on ``lay.io``.
+    outputs live on ``lay.io``. Parallel branches placed whole on both processors run at
+    once (:func:`~.branches.overlap_us`).
     """
     chain_of = {op: c for c in lay.chains for op in c[0]}
     by_id = {n.op_id: n for n in nodes}
@@ -320,8 +322,9 @@ def layout_cost(ev: Evaluator, nodes: list[OpNode], lay: Layout) -> float:
     for node in nodes:
         if node.op_id not in has_succ and loc.get(node.op_id, lay.io) != lay.io:
             total += ev.share(f"to_{lay.io}", lay.io, node.out_bytes)
-    return total + sum(ev.glue_us(g, loc.get(g.source, lay.io)) for g in ev.glue
-                       if not g.fused(split_ops))
+    glue = sum(ev.glue_us(g, loc.get(g.source, lay.io)) for g in ev.glue
+               if not g.fused(split_ops))
+    return total + glue - overlap_us(ev, nodes, lay)
 
 
 def ideal_us(ev: Evaluator, nodes: list[OpNode]) -> float:

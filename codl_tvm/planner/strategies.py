@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .baselines import eop_equal, eop_fixed, eop_tuned, mulayer
+from .baselines import distribute_branches, eop_equal, eop_fixed, eop_tuned, mulayer
 from .memory import capped_bytes
 from .nodes import OpNode
 from .search import (
@@ -42,6 +42,8 @@ class Options:
     # most memory vs the GPU-only plan, of the memory the roles share (cap_memory; None: no
     # cap); CoDL measured 26% more than a one-processor engine on its phone (1.41x on VGG)
     memory_cap: float | None = 1.3
+    # parallel branches whole on both processors at once (codl; muLayer always does)
+    branches: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -62,10 +64,14 @@ def layer_to_processor(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Lay
 
 def codl(nodes: list[OpNode], ev: Evaluator, opts: Options) -> Layout:
     """CoDL: hybrid-dimension per-op plans, Algorithm 1 chains, whole ops on their better
-    processor; never worse (by the estimate) than the better single processor."""
+    processor, parallel branches whole on both processors at once where that wins
+    (muLayer's branch distribution); never worse (by the estimate) than the better single
+    processor."""
     choices = per_op_choices(ev, nodes, opts.step, opts.min_gain)
     chains = chain_search(ev, nodes, choices, opts.delta, opts.step)
     lay = improve_placements(ev, nodes, layout_of(choices, chains))
+    if opts.branches:
+        lay = distribute_branches(ev, nodes, lay, keep=True)
     if opts.memory_cap is not None:
         lay = cap_memory(ev, nodes, lay, choices, opts.memory_cap)
     return never_worse(ev, nodes, lay, opts.min_plan_gain)
