@@ -10,6 +10,7 @@ import pytest
 
 from codl_tvm.cli import main
 from codl_tvm.predictor import DATA_DIR, PredictorFileError, load
+from codl_tvm.predictor.base import sub_spec
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.profiler import COLUMNS, read_samples
 
@@ -206,3 +207,28 @@ def test_the_pass_factor_scales_the_memory_passes_and_nothing_else() -> None:
         for name, b, a in zip(names, before, after, strict=True):
             assert a == pytest.approx(3.0 * b if name in GPU_PASS_TERMS[algo] else b), name
         assert any(a != b for a, b in zip(before, after)), algo
+
+
+def test_per_kernel_factors_carry_a_kernel_priced_one_factor_off(rows) -> None:
+    """One kernel of the target runs 3x its price on every shape, the rest as priced: one
+    factor per processor cannot carry it, a factor per kernel can; calibrating again
+    replaces the factors."""
+    pred = load(PREDICTOR)
+    key = lambda r: pred._factor_key(r["role"], sub_spec(r), r["algorithm"])  # noqa: E731
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[key(r)] = counts.get(key(r), 0) + 1
+    off = max((k for k in counts if k.startswith("cpu/")), key=counts.get)
+    assert counts[off] >= 10
+    measured = [dict(r, latency_us=r["latency_us"] * (3.0 if key(r) == off else 1.0))
+                for r in _slower(rows, {"cpu": 1.0, "gpu": 1.0})]
+    pred.calibrate(measured, gpu_passes=False, per_kernel=True)
+    assert pred.speed_[off] * pred.speed_["cpu"] == pytest.approx(3.0, rel=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ratio = [m["latency_us"] / p for m, p in zip(measured, pred.predict(measured))]
+    assert ratio == pytest.approx([1.0] * len(ratio), rel=1e-3)
+    pred.calibrate(_slower(rows, {"cpu": 1.0, "gpu": 1.0}), gpu_passes=False)
+    assert set(pred.speed_) == {"cpu", "gpu"}
+    saved = load(PREDICTOR).calibrate(measured, gpu_passes=False, per_kernel=True)
+    assert type(saved).from_json(saved.to_json()).speed_ == saved.speed_

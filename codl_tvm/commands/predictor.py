@@ -70,6 +70,9 @@ def _add_calibrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-gpu-passes", action="store_true",
                         help="one speed factor per processor only; by default a codl predictor "
                         "also measures how long the GPU's memory passes take on the target")
+    parser.add_argument("--per-kernel", action="store_true",
+                        help="also give each kernel with at least 10 samples here a factor of "
+                        "its own over its processor's (see benchmarks/PREDICTOR.md)")
     parser.add_argument("--equal-weights", action="store_true",
                         help="each processor's factor is the plain median of measured / "
                         "predicted; by default each sample counts by its predicted time")
@@ -86,7 +89,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     facts_file = args.machine or (str(beside) if beside.exists() else None)
     facts = machine_facts.read(facts_file) if facts_file else None
     pred.calibrate(rows, machine=facts, gpu_passes=not args.no_gpu_passes,
-                   time_weighted=not args.equal_weights)
+                   time_weighted=not args.equal_weights, per_kernel=args.per_kernel)
     pred.save(args.output, inputs=(args.predictor, args.samples))
     print(json.dumps({"pair": pred.pair_, "speed": pred.speed_, "samples": len(rows),
                       "machine": facts_file, "output": args.output}))  # fmt: skip

@@ -158,6 +158,8 @@ class BasePredictor(BaseEstimator, RegressorMixin):
         machine: dict[str, Any] | None = None,
         gpu_passes: bool = True,
         time_weighted: bool = True,
+        per_kernel: bool = False,
+        min_kernel_samples: int = 10,
     ) -> BasePredictor:
         """Fit the predictor to the machine at hand from a few samples profiled there.
 
@@ -170,6 +172,14 @@ class BasePredictor(BaseEstimator, RegressorMixin):
           Two instances of the H100 machine ran the same CPU kernels up to 1.7x apart; the
           model's shape is kept, its time unit moves. The ratios are taken against the
           uncalibrated model, so calibrating again replaces the factors.
+        - ``per_kernel``: a predictor that names its kernels (:meth:`_factor_key`; the codl
+          kind) also gives each kernel with at least ``min_kernel_samples`` compute samples
+          in ``X`` a factor of its own over its processor's, taken the same way. It carries a
+          kernel priced one factor off on every shape (a kernel changed since the training
+          samples), not one whose error depends on the shape: on the 8-SM oracle's rows it
+          took CPU depthwise convs from 0.52 to 1.05 (measured / predicted) and GEMV from
+          3.46 to 1.28, and GPU pools from 1.8 to 0.5-0.6 (``benchmarks/PREDICTOR.md``,
+          "Calibration per kernel"). Off by default.
         - Sharing ops with samples in ``X`` are fitted anew: copies are a fact of the
           target's bus and memory, not a scale of the training machine's.
         - ``gpu_passes``: a predictor whose terms count the GPU's memory passes (the codl
@@ -191,6 +201,7 @@ class BasePredictor(BaseEstimator, RegressorMixin):
                                  f"{role}, got {len(sel)}")  # fmt: skip
         if machine:
             self._use_machine(machine)
+        self.speed_ = {}  # the ratios below are taken against the uncalibrated model
         extra = self._pass_speed(by_role.get("gpu", [])) if gpu_passes else {}
         self.speed_ = dict(extra)  # the roles' factors are taken under it
         speed: dict[str, float] = {}
@@ -198,8 +209,10 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             raw = np.array([self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel])
             measured = np.array([r["latency_us"] for r in sel], dtype=float)
             ratios = measured / raw
-            speed[role] = (time_weighted_median(ratios, raw) if time_weighted
-                           else float(np.median(ratios)))  # fmt: skip
+            speed[role] = _factor(ratios, raw, time_weighted)
+            if per_kernel:
+                speed |= self._kernel_factors(role, sel, ratios / speed[role], raw,
+                                              min_kernel_samples, time_weighted)
         self.speed_ = speed | extra
         shared = [r for r in X if r["op"] in SHARING_KINDS and r["pair"] == self.pair_]
         if shared:
@@ -208,6 +221,24 @@ class BasePredictor(BaseEstimator, RegressorMixin):
                 refit.pop("sync_us")
             self.sharing_ = SharingModel({**self.sharing_.params, **refit})
         return self
+
+    def _kernel_factors(self, role: str, rows: list[dict[str, Any]], ratios: np.ndarray,
+                        raw: np.ndarray, min_samples: int, time_weighted: bool
+                        ) -> dict[str, float]:
+        """Per kernel of ``role`` with ``min_samples`` rows or more: its factor over the
+        processor's (``ratios``: measured / predicted at the processor's factor)."""
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            key = self._factor_key(role, sub_spec(r), r["algorithm"])
+            if key is not None:
+                groups.setdefault(key, []).append(i)
+        return {key: _factor(ratios[idx], raw[idx], time_weighted)
+                for key, idx in sorted(groups.items()) if len(idx) >= min_samples}
+
+    def _factor_key(self, role: str, sub: OpSpec, algorithm: str | None) -> str | None:
+        """The name of the kernel ``sub`` runs on ``role``, under which :meth:`calibrate`
+        keeps a factor of its own (None here: one factor per processor)."""
+        return None
 
     def _use_machine(self, machine: dict[str, Any]) -> None:
         """Take the target's detected facts (a predictor without such terms ignores them)."""
@@ -371,6 +402,10 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             obj.speed_ = speed
         obj._load_model(doc["model"])
         return obj
+
+
+def _factor(ratios: np.ndarray, raw: np.ndarray, time_weighted: bool) -> float:
+    return time_weighted_median(ratios, raw) if time_weighted else float(np.median(ratios))
 
 
 def load(path: str | Path) -> BasePredictor:

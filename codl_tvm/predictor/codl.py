@@ -244,9 +244,15 @@ class CoDLPredictor(BasePredictor):
             self._fallback[key] = min(same, key=rank) if same else ""
         return self._fallback[key] or None
 
+    def _factor_key(self, role: str, sub: OpSpec, algorithm: str | None) -> str:
+        return self._key(role, sub, algorithm)
+
     def _kernel_us(self, role: str, sub: OpSpec, algorithm: str | None,
                    passes: float | None = None) -> float:
         key = self._key(role, sub, algorithm)
+        # a calibrated kernel's own factor (``calibrate(per_kernel=True)``; keys hold a "/",
+        # the processors' factors do not)
+        own = getattr(self, "speed_", {}).get(key, 1.0)
         t = self.t_.get(key)
         if t is None:
             other = self._fallback_key(key)
@@ -265,7 +271,7 @@ class CoDLPredictor(BasePredictor):
             if passes and role == "gpu" and self.family_[role] == "gpu":
                 x = scale_passes(x, algo, passes)
         # units x terms (a file trims trailing zero units: map stops at the shorter list)
-        return max(sum(map(operator.mul, t, x)), self.floor_us_.get(key, 1e-3))
+        return max(sum(map(operator.mul, t, x)), self.floor_us_.get(key, 1e-3)) * own
 
     def _warn_fallback(self, key: str, other: str) -> None:
         # samples of kernels the mirror does not know (other schedules): by design, no warning
