@@ -40,6 +40,10 @@ CASES: dict[str, tuple[dict, list[tuple[str, str, float, bool]]]] = {
     "tiny-cnn": ({}, [("H-0.7-chain", "H", 0.7, True), ("H-0.5", "H", 0.5, False),
                       ("OC-0.75", "OC", 0.75, False)]),
 
+    # parallel branches: the second of every group whole on the CPU, the rest on the GPU,
+    # beside the GPU's (IssueGpuWorkFirst); and every op split beside them
+    "inception-v3": (dict(input_shape=(75, 75), width=0.125),
+                     [("branch-cpu", "branches", 0.0, False), ("OC-0.5", "OC", 0.5, False)]),
     "lstm": ({}, [("OC-0.5", "OC", 0.5, False)]),
     "gru": ({}, [("OC-0.5", "OC", 0.5, False)]),
 }
@@ -51,7 +55,7 @@ def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
     import onnxruntime as ort
 
     import codl_tvm
-    from codl_tvm import Plan, zoo
+    from codl_tvm import zoo
 
     pair = (codl_tvm.DevicePair("x86-cuda", CPU, GPU) if pair_name == "x86-cuda"
             else codl_tvm.DevicePair.preset(pair_name))
@@ -66,7 +70,7 @@ def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
         np.savez(out / model / "expected.npz",
                  **{f"output_{i}": o for i, o in enumerate(sess.run(None, inputs))})
         plans = {"gpu-only": None}
-        plans.update({name: Plan.uniform(mod, d, r, chain=c) for name, d, r, c in splits})
+        plans.update({name: _plan(mod, d, r, c) for name, d, r, c in splits})
         for name, plan in plans.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # stated fallbacks
@@ -78,6 +82,23 @@ def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB)")
     return 0
+
+
+def _plan(mod, dim: str, ratio: float, chain: bool):
+    """A uniform split, or (``dim`` "branches") the second branch of every group of parallel
+    branches whole on the CPU and everything else on the GPU."""
+    from codl_tvm import Plan
+    from codl_tvm.plan import OpPlacement
+    from codl_tvm.planner.branches import parallel_branches
+    from codl_tvm.planner.opgraph import build_graph
+
+    if dim != "branches":
+        return Plan.uniform(mod, dim, ratio, chain=chain)
+    nodes = build_graph(mod).nodes
+    ops = {n.op_id: OpPlacement("gpu") for n in nodes}
+    for group in parallel_branches(nodes):
+        ops |= {n.op_id: OpPlacement("cpu") for n in group[1]}
+    return Plan(ops=ops)
 
 
 def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
