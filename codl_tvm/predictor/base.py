@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from codl_tvm.predictor import calibration
 from codl_tvm.predictor.file_format import (
     compact_json,
     compact_ranges,
     expand_ranges,
     round_floats,
 )
-from codl_tvm.predictor.fitting import time_weighted_median
 from codl_tvm.predictor.opspec import SHARING_KINDS, OpSpec
 from codl_tvm.predictor.sharing import SharingModel
 
@@ -188,52 +188,18 @@ class BasePredictor(BaseEstimator, RegressorMixin):
 
         Returns ``self``.
         """
-        rows = [r for r in X if r["op"] not in SHARING_KINDS]
-        pairs = {r["pair"] for r in rows}
-        if not rows or pairs != {self.pair_}:
-            raise ValueError(f"calibration needs compute samples of pair {self.pair_!r}; "
-                             f"got {sorted(pairs) or 'none'}")  # fmt: skip
-        by_role = {role: [r for r in rows if r["role"] == role]
-                   for role in sorted({r["role"] for r in rows})}  # fmt: skip
-        for role, sel in by_role.items():
-            if len(sel) < min_samples:
-                raise ValueError(f"calibration needs >= {min_samples} compute samples of "
-                                 f"{role}, got {len(sel)}")  # fmt: skip
+        by_role = calibration.compute_rows_by_role(self.pair_, X, min_samples)
         if machine:
             self._use_machine(machine)
         self.speed_ = {}  # the ratios below are taken against the uncalibrated model
         extra = self._pass_speed(by_role.get("gpu", [])) if gpu_passes else {}
         self.speed_ = dict(extra)  # the roles' factors are taken under it
-        speed: dict[str, float] = {}
-        for role, sel in by_role.items():
-            raw = np.array([self._kernel_us(role, sub_spec(r), r["algorithm"]) for r in sel])
-            measured = np.array([r["latency_us"] for r in sel], dtype=float)
-            ratios = measured / raw
-            speed[role] = _factor(ratios, raw, time_weighted)
-            if per_kernel:
-                speed |= self._kernel_factors(role, sel, ratios / speed[role], raw,
-                                              min_kernel_samples, time_weighted)
-        self.speed_ = speed | extra
-        shared = [r for r in X if r["op"] in SHARING_KINDS and r["pair"] == self.pair_]
-        if shared:
-            refit = SharingModel().fit(shared).params
-            if not any(r["op"] == "sync" for r in shared):
-                refit.pop("sync_us")
-            self.sharing_ = SharingModel({**self.sharing_.params, **refit})
+        self.speed_ = calibration.speed_factors(
+            lambda role, r: self._kernel_us(role, sub_spec(r), r["algorithm"]),
+            lambda role, r: self._factor_key(role, sub_spec(r), r["algorithm"]),
+            by_role, time_weighted, min_kernel_samples if per_kernel else None) | extra
+        self.sharing_ = calibration.refit_sharing(self.sharing_, self.pair_, X)
         return self
-
-    def _kernel_factors(self, role: str, rows: list[dict[str, Any]], ratios: np.ndarray,
-                        raw: np.ndarray, min_samples: int, time_weighted: bool
-                        ) -> dict[str, float]:
-        """Per kernel of ``role`` with ``min_samples`` rows or more: its factor over the
-        processor's (``ratios``: measured / predicted at the processor's factor)."""
-        groups: dict[str, list[int]] = {}
-        for i, r in enumerate(rows):
-            key = self._factor_key(role, sub_spec(r), r["algorithm"])
-            if key is not None:
-                groups.setdefault(key, []).append(i)
-        return {key: _factor(ratios[idx], raw[idx], time_weighted)
-                for key, idx in sorted(groups.items()) if len(idx) >= min_samples}
 
     def _factor_key(self, role: str, sub: OpSpec, algorithm: str | None) -> str | None:
         """The name of the kernel ``sub`` runs on ``role``, under which :meth:`calibrate`
@@ -402,10 +368,6 @@ class BasePredictor(BaseEstimator, RegressorMixin):
             obj.speed_ = speed
         obj._load_model(doc["model"])
         return obj
-
-
-def _factor(ratios: np.ndarray, raw: np.ndarray, time_weighted: bool) -> float:
-    return time_weighted_median(ratios, raw) if time_weighted else float(np.median(ratios))
 
 
 def load(path: str | Path) -> BasePredictor:
