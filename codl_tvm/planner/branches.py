@@ -37,7 +37,7 @@ def parallel_branches(nodes: list[OpNode]) -> list[list[list[OpNode]]]:
     return groups
 
 
-def branch_roles(lay: Any, branch: list[OpNode]) -> str | None:
+def branch_role(lay: Any, branch: list[OpNode]) -> str | None:
     """The processor a branch runs on whole, or None (split ops, or on both)."""
     roles = {lay.place(n.op_id)[0] for n in branch}
     role = roles.pop() if len(roles) == 1 else None
@@ -54,9 +54,11 @@ def overlap_us(ev: Any, nodes: list[OpNode], lay: Any) -> float:
         return 0.0
     saved = 0.0
     for branches in parallel_branches(nodes):
+        roles = [branch_role(lay, branch) for branch in branches]
+        if not {"cpu", "gpu"} <= set(roles):  # nothing runs beside anything (the common case)
+            continue
         per = {"cpu": 0.0, "gpu": 0.0}
-        for branch in branches:
-            role = branch_roles(lay, branch)
+        for branch, role in zip(branches, roles, strict=True):
             if role is not None:
                 per[role] += sum(ev.whole(n, role) for n in branch)
         saved += min(per.values())
