@@ -20,7 +20,7 @@ from .passes.block_params import BLOCK_PARAMS_ATTR
 from .passes.lift_device_constants import LIFTED_ATTR
 from .passes.prepack_weights import PREPACK_PARAMS_ATTR
 from .passes.stage_cross_device_copies import STAGING_ATTR
-from .pipeline import codl_pipeline
+from .pipeline import codl_pipeline, issues_gpu_first
 from .plan import Plan
 from .tiling.gpu import use_gpu_sms
 from .tiling.variants import OLD_ENV_SWITCHES, KernelVariants, use_variants
@@ -199,8 +199,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
         raise ValueError(f"block_copies needs a CUDA GPU (or the cpu-pair); the GPU of pair "
                          f"{pair.name!r} is {pair.gpu_spec['kind']}")
     _warn_old_switches()
-    issue = (plan is not None and plan.runs_whole_ops_on_both()) if issue_gpu_first is None \
-        else bool(issue_gpu_first)
+    issue = issues_gpu_first(plan, issue_gpu_first)
     with use_variants(variants) as used, use_gpu_sms(pair.gpu_sms):
         lowered = codl_pipeline(pair, plan, staging=staging, fuse=fuse,
                                 cuda_graph=cuda_graph, overlap=overlap,

@@ -150,6 +150,14 @@ def texture_phases(
     return out
 
 
+def issues_gpu_first(plan: Plan | None, issue_gpu_first: bool | None = None) -> bool:
+    """Whether a build runs :class:`~codl_tvm.passes.IssueGpuWorkFirst`: as asked, else
+    (None) where ``plan`` runs some op whole on the CPU beside GPU work."""
+    if issue_gpu_first is None:
+        return plan is not None and plan.runs_whole_ops_on_both()
+    return bool(issue_gpu_first)
+
+
 def phases(
     pair: DevicePair, plan: Plan, *, texture: bool | None = None, staging: bool = False,
     fuse: bool = True, cuda_graph: bool = False, overlap: bool | None = None,
@@ -192,8 +200,7 @@ def phases(
     ``qcom/adreno-opencl-texture`` tag) adds Adreno's texture path; ``texture=True`` on another
     pair forces the NCHW4c layout rewrite on the GPU role alone (tests check its numbers).
     """
-    if issue_gpu_first is None:
-        issue_gpu_first = plan.runs_whole_ops_on_both()
+    issue_gpu_first = issues_gpu_first(plan, issue_gpu_first)
     base = [
         ("prepare", prepare_passes()),
         ("partition", [CoExecutionPartition(plan, pair, pair.cpu_chunks if cpu_chunks is None
