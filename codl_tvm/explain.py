@@ -151,9 +151,11 @@ class Explanation:
         best = min(tl.gpu_only_us, tl.cpu_only_us)
         speedup = best / tl.coexec_us if tl.coexec_us > 0 else float("nan")
         u = self.unit
+        overlap = (f"; parallel branches on both processors save {tl.overlap_us:.1f} {u}"
+                   if tl.overlap_us > 0 else "")
         return (
             f"times: {self.source}\n"
-            f"co-executed {tl.coexec_us:.1f} {u} (sharing {tl.share_us:.1f} {u}); "
+            f"co-executed {tl.coexec_us:.1f} {u} (sharing {tl.share_us:.1f} {u}{overlap}); "
             f"CPU only {tl.cpu_only_us:.1f} {u}; GPU only {tl.gpu_only_us:.1f} {u}; "
             f"{speedup:.2f}x the best single processor ({best_role})"
         )
@@ -173,6 +175,8 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         samples or single-op models timed on a pair (``MeasuredCosts``), or FLOPs
         placeholders (``AnalyticCosts.placeholder()``).
     """
+    from .planner.api import build_graph
+    from .planner.branches import parallel_branches
     from .timeline import layout
 
     plan.validate(mod)
@@ -182,7 +186,9 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         specs = {d["id"]: op_spec(d) for d in docs}
         costs = as_source(costs).in_model(footprint_bytes(docs))
         rows = plan_rows(mod, plan, costs.cpu_chunks if costs.overlap else 1)
-        timeline = layout(rows, specs, costs, plan.io_device)
+        groups = [[[n.op_id for n in branch] for branch in group]
+                  for group in parallel_branches(build_graph(mod).nodes)]
+        timeline = layout(rows, specs, costs, plan.io_device, branches=groups)
     # the planner's own notes first: why the plan is what it is
     notes = list(dict.fromkeys([*plan.notes, *(str(w.message) for w in caught)]))
     return Explanation(rows, timeline, costs.label, costs.unit, notes)

@@ -7,8 +7,11 @@ costs' pair overlaps copies with kernels, a split's copies sit on the CPU's lane
 slice on the GPU's). A split unit is cut and its sharing priced as the planner's search does
 (:mod:`codl_tvm.planner.sharing_costs`), so a split op's total is the planner's
 :class:`~codl_tvm.planner.search.UnitCost`. The same ops run whole on one processor make the
-CPU-only and GPU-only lanes. :func:`draw` renders it with matplotlib (the optional ``plot``
-extra).
+CPU-only and GPU-only lanes. Whole branches of one group (an inception block's towers) on
+different processors run at once, each processor's back to back from the group's start, as
+the runtime issues them (:class:`~codl_tvm.passes.IssueGpuWorkFirst`); what that saves against
+running them one after the other is ``overlap_us``. :func:`draw` renders it with matplotlib
+(the optional ``plot`` extra).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Timeline:
     share_us: float = 0.0
     cpu_only_us: float = 0.0
     gpu_only_us: float = 0.0
+    overlap_us: float = 0.0  # saved by whole branches on both processors running at once
 
     def add(self, lane: str, start_us: float, dur_us: float, label: str, kind: str) -> float:
         if dur_us > 0:
@@ -71,27 +75,54 @@ def _units(rows: list[dict]) -> Iterator[list[dict]]:
         i = j
 
 
+def concurrent_branches(rows: list[dict], groups: list[list[list[str]]]
+                        ) -> dict[str, tuple[int, bool]]:
+    """Op id -> (group number, heads its branch), for the ops of whole branches of the groups
+    (each a list of branches, each a list of op ids) with whole branches on both processors."""
+    place = {r["op"]: r["place"] for r in rows}
+    out: dict[str, tuple[int, bool]] = {}
+    for g, branches in enumerate(groups):
+        whole = [b for b in branches
+                 if len({place.get(op) for op in b}) == 1 and place.get(b[0]) in ("cpu", "gpu")]
+        if {"cpu", "gpu"} <= {place[b[0]] for b in whole}:
+            out |= {op: (g, i == 0) for b in whole for i, op in enumerate(b)}
+    return out
+
+
 def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
-           progress: bool | None = None) -> Timeline:
+           progress: bool | None = None,
+           branches: list[list[list[str]]] | None = None) -> Timeline:
     """Place every op of ``rows`` (from :func:`codl_tvm.explain.plan_rows`) on the lanes.
 
     ``specs`` maps op id to ``(OpSpec, repeat)``; ``costs`` gives kernel, transfer and split
     sharing times, a split unit's sharing priced as the planner prices it
     (:meth:`~codl_tvm.planner.cost_source.CostSourceBase.split_sharing`). Fills each row's
-    ``cpu_us``, ``gpu_us``, ``share_us`` and ``total_us``.
+    ``cpu_us``, ``gpu_us``, ``share_us`` and ``total_us``. ``branches``: groups of parallel
+    branches (lists of op ids, :func:`codl_tvm.planner.branches.parallel_branches`); whole
+    branches of a group on both processors overlap where the roles compute concurrently.
     """
     from tqdm import tqdm
 
     tl = Timeline()
     t, here = 0.0, io_device
     costs = as_source(costs)
+    group = concurrent_branches(rows, branches or []) if costs.concurrent else {}
+    running: _Group | None = None  # whole branches running at once
     show = costs.slow if progress is None else progress
     for unit in tqdm(list(_units(rows)), desc="timing ops", disable=not show, leave=False):
-        if unit[0]["place"] == "split":
+        g, head = group.get(unit[0]["op"], (None, False)) if len(unit) == 1 else (None, False)
+        if running and running.number != g:  # the group is over: both processors meet
+            t, running = running.close(tl), None
+        if g is not None:
+            running = running or _Group(g, here, t)
+            here = running.add(tl, unit[0], specs, costs, head)
+        elif unit[0]["place"] == "split":
             t = _split_unit(tl, t, here, unit, specs, costs)
             here = "gpu"
         else:
             t, here = _whole_op(tl, t, here, unit[0], specs, costs)
+    if running:
+        t = running.close(tl)
     tl.coexec_us = t
     tl.share_us = sum(b.dur_us for b in tl.lane("gpu") if b.kind == "share")
     for role in ("cpu", "gpu"):
@@ -125,6 +156,38 @@ def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict,
     kernel = costs.kernel_us(role, spec) * repeat
     _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
     return tl.add(role, t, kernel, row["op"], row["kind"]), role
+
+
+@dataclass
+class _Group:
+    """Whole branches of one group running at once: each processor's clock from the start."""
+
+    number: int
+    source: str  # the device holding the group's input
+    start_us: float
+    clocks: dict[str, float] = field(default_factory=dict)
+    serial_us: float = 0.0  # its ops' totals, one after the other
+
+    def add(self, tl: Timeline, row: dict, specs: dict, costs: CostSourceBase,
+            head: bool) -> str:
+        """Lay out one op on its processor's clock; a branch's head first copies the group's
+        input to its processor, on that processor's lane (the runtime issues those copies
+        first). Returns the processor."""
+        spec, repeat = specs[row["op"]]
+        role = row["place"]
+        move = costs.move_us(spec, f"to_{role}") * repeat if self.source != role and head else 0
+        start = tl.add(role, self.clocks.get(role, self.start_us), move, f"to {role}", "share")
+        kernel = costs.kernel_us(role, spec) * repeat
+        _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
+        self.clocks[role] = tl.add(role, start, kernel, row["op"], row["kind"])
+        self.serial_us += row["total_us"]
+        return role
+
+    def close(self, tl: Timeline) -> float:
+        """Where both processors are done; adds what running at once saved to the total."""
+        end = max(self.clocks.values(), default=self.start_us)
+        tl.overlap_us += self.serial_us - (end - self.start_us)
+        return end
 
 
 def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict,

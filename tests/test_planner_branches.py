@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from test_issue_gpu_work_first import towers
 
+from codl_tvm.explain import explain
 from codl_tvm.planner.api import make_plan
 from codl_tvm.planner.baselines import distribute_branches
 from codl_tvm.planner.branches import overlap_us, parallel_branches
@@ -20,8 +21,13 @@ COSTS = AnalyticCosts(cpu_gflops=4.0, gpu_gflops=8.0, sync_us=20.0, copy_gbps=20
 
 
 @pytest.fixture(scope="module")
-def graph():
-    return build_graph(towers(np.random.default_rng(0), c=64, hw=28))
+def model():
+    return towers(np.random.default_rng(0), c=64, hw=28)
+
+
+@pytest.fixture(scope="module")
+def graph(model):
+    return build_graph(model)
 
 
 def _with_towers_on_cpu(mg, on_cpu: tuple[int, ...]) -> Layout:
@@ -77,3 +83,22 @@ def test_distribution_never_raises_the_estimate(graph):
         before = layout_cost(ev, graph.nodes, lay)
         after = layout_cost(ev, graph.nodes, distribute_branches(ev, graph.nodes, lay, keep=True))
         assert after <= before + 1e-9
+
+
+def test_explain_draws_whole_towers_on_both_processors_at_once(model, graph):
+    plan = make_plan(graph, "codl", COSTS, Options(min_plan_gain=0.0)).plan
+    result = explain(model, plan, COSTS)
+    tl = result.timeline
+    cpu = [b for b in tl.lane("cpu") if b.kind != "share"]
+    gpu = [b for b in tl.lane("gpu") if b.kind != "share"]
+    assert cpu and gpu
+    assert min(b.start_us for b in cpu) < max(b.start_us + b.dur_us for b in gpu)  # overlap
+    assert tl.overlap_us > 0 and "parallel branches" in result.summary()
+    assert tl.coexec_us == pytest.approx(sum(r["total_us"] for r in result.rows) - tl.overlap_us)
+    for lane in ("cpu", "gpu"):  # each processor runs one thing at a time
+        boxes = sorted(tl.lane(lane), key=lambda b: b.start_us)
+        assert all(a.start_us + a.dur_us <= b.start_us + 1e-9 for a, b in zip(boxes, boxes[1:]))
+    # where the roles share cores, the same plan runs one branch after the other
+    serial = explain(model, plan, SerialCosts(COSTS)).timeline
+    assert serial.overlap_us == 0.0
+    assert serial.coexec_us > tl.coexec_us

@@ -62,7 +62,7 @@ def distribute_branches(ev: Evaluator, nodes: list[OpNode], lay: Layout,
         lay.notes.append(
             f"{len(moved)} group(s) of parallel branches ({', '.join(moved)}, ...) run whole "
             f"on both processors at once, {overlap_us(ev, nodes, lay):.0f} us saved by the "
-            "estimate (explain's timeline draws them one after the other)")
+            "estimate")
     return lay
 
 
