@@ -16,7 +16,7 @@ from codl_tvm import Plan, runtime
 from codl_tvm.executable import guard_plans
 from codl_tvm.plan import PlanError
 from codl_tvm.planner.api import make_plan
-from codl_tvm.planner.candidates import ScaledCosts, label, with_candidates
+from codl_tvm.planner.candidates import ScaledCosts, coarse_label, label, with_candidates
 from codl_tvm.planner.costs import AnalyticCosts, OverlappedCosts
 from codl_tvm.planner.opgraph import build_graph
 from codl_tvm.predictor.opspec import OpSpec
@@ -56,7 +56,7 @@ def test_a_slower_cpu_gets_fewer_rows_and_each_candidate_is_distinct(model):
     mg = build_graph(model)
     result = make_plan(mg, "codl", COSTS)
     assert result.plan.single_device() is None
-    found = with_candidates(result, mg, COSTS, cpu_scales=(1.0, 2.0, 2.0, 1e4))
+    found = with_candidates(result, mg, COSTS, cpu_scales=(1.0, 2.0, 2.0, 1e4), coarse_step=None)
     # 1.0 is the plan itself, the second 2.0 the same candidate, 1e4 plans GPU-only
     assert list(found) == [label(2.0)] == list(result.plan.candidates)
     cand = result.plan.candidates["cpu-x2"]
@@ -65,6 +65,24 @@ def test_a_slower_cpu_gets_fewer_rows_and_each_candidate_is_distinct(model):
         return [1 - p.ratio for p in plan.ops.values() if p.place == "split"]
 
     assert sum(cpu_share(cand)) < sum(cpu_share(result.plan))
+
+
+def test_the_coarse_candidate_gives_the_cpu_at_least_a_quarter(model):
+    # the predictor misjudges small parts (planner.candidates): one candidate plans with
+    # the shares on the coarse grid, so the guard can measure fewer, larger splits
+    mg = build_graph(model)
+    costs = OverlappedCosts(AnalyticCosts(cpu_gflops=100, gpu_gflops=200, sync_us=5,
+                                          copy_gbps=20), cpu_chunks=1)  # a GPU 2x the CPU
+    result = make_plan(mg, "codl", costs)
+    fine = [p.ratio for p in result.plan.ops.values() if p.place == "split"]
+    assert any(round(r * 4) != r * 4 for r in fine)  # the plan itself is off the grid
+    found = with_candidates(result, mg, costs, cpu_scales=(), coarse_step=0.25)
+    coarse = result.plan.candidates[coarse_label(0.25)]
+    assert list(found) == ["step-0.25"]
+    assert all(p.ratio in (0.25, 0.5, 0.75) for p in coarse.ops.values() if p.place == "split")
+    # a search on that grid already has no coarse candidate of its own
+    on_grid = make_plan(mg, "oracle", costs)
+    assert with_candidates(on_grid, mg, costs, "oracle", cpu_scales=()) == {}
 
 
 def test_candidates_round_trip_and_bad_ones_are_named(model):
