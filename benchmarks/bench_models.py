@@ -190,13 +190,22 @@ def own_latency_ms(row: dict) -> float:
     return guard["latency_ms"]["plan"] if guard else row["latency_ms"]
 
 
+def _candidate_order(name: str) -> tuple[int, float, str]:
+    """CPU-scale candidates (``plan-cpu-x1.25``) by their scale, then the others by name."""
+    head, _, scale = name.partition("plan-cpu-x")
+    try:
+        return (0, float(scale), "") if not head else (1, 0.0, name)
+    except ValueError:
+        return (1, 0.0, name)
+
+
 def candidates_table(rows: list[dict]) -> str:
     """Per model whose codl plan was guarded with candidates (``build --guard
     --candidates``): each build's speedup over the best single processor as the guard timed
     them where the artifact loaded, and what it ran; empty where no plan had candidates."""
     guards = {r["model"]: r["guard"] for r in rows if r["plan"] == "codl" and r.get("guard")}
     names = sorted({n for g in guards.values() for n in g["latency_ms"]
-                    if n.startswith("plan-")}, key=lambda n: float(n.rsplit("x", 1)[1]))
+                    if n.startswith("plan-")}, key=_candidate_order)
     if not names:
         return ""
     out = ["| model | plan | " + " | ".join(names) + " | guard ran |",

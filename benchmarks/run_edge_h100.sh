@@ -19,6 +19,10 @@
 # TAG names a variant build in the result files (e.g. kernel-slices: both checks scripts'
 # build --no-block-copies; codl: build_options.py build --plans-from, under benchmarks/results/).
 # Here: calibrate, plan and build (benchmarks/BENCH.md "Reproduce"), pack bench.tgz; there:
+#   bash benchmarks/run_edge_h100.sh threads  # the bench bundle's plans at several CPU pool
+#     sizes (benchmarks/cpu_threads.py; after the bench stage in the same call, its bundle;
+#     else carry threads.tgz: tar czf .devcarry/threads.tgz -C BUILD bench-edge)
+#     -> $OUT/cpu-threads-edge.json
 #   bash benchmarks/run_edge_h100.sh bench [edge|full]  # -> $OUT/bench-{full,edge}.json
 #     (a variant build carried as bench-edge-TAG is timed too, in the same call:
 #     $OUT/bench-edge-TAG.json; the edge time is shared between the builds)
@@ -96,5 +100,12 @@ bench)  # $2: both (default), edge or full
       tail -n 40 "$OUT/$D.log"
     done
   fi ;;
-*) echo "stage: calib | oracle | options | checks | bench" >&2; exit 1 ;;
+threads)  # benchmarks/cpu_threads.py on a bench bundle: bench.tgz's, where the bench stage ran
+  # in this call, else one carried as threads.tgz (bench-edge); THREAD_MODELS: which models
+  [ -d /tmp/work/bench-edge ] || tar xzf .devcarry/threads.tgz -C /tmp/work
+  S=${THREADS_S:-330}
+  edge timeout $((S + 120)) python3 benchmarks/cpu_threads.py run /tmp/work/bench-edge \
+    --threads "${THREADS:-16,15,14,12}" --rounds "${ROUNDS:-21}" --deadline-s "$S" \
+    --models "${THREAD_MODELS:-}" -o "$OUT/cpu-threads-edge.json" 2>&1 | grep -v Warn | tail -60 ;;
+*) echo "stage: calib | oracle | options | checks | bench | threads" >&2; exit 1 ;;
 esac

@@ -161,12 +161,13 @@ def test_bench_report_gives_each_candidates_speedup_and_the_guards_choice():
 
     bench = load_benchmark("bench_models")
     guard = {"chosen": "plan-cpu-x1.25", "latency_ms": {
-        "plan": 10.0, "plan-cpu-x0.8": 12.5, "plan-cpu-x1.25": 8.0, "gpu-only": 10.0,
-        "cpu-only": 30.0}}
+        "plan": 10.0, "plan-step-0.25": 9.0, "plan-cpu-x1.25": 8.0, "plan-cpu-x0.8": 12.5,
+        "gpu-only": 10.0, "cpu-only": 30.0}}
     rows = [{"model": "m", "plan": "codl", "latency_ms": 8.0, "guard": guard}]
     table = bench.candidates_table(rows).splitlines()
-    assert table[0] == "| model | plan | plan-cpu-x0.8 | plan-cpu-x1.25 | guard ran |"
-    assert table[2] == "| m | 1.00 | 0.80 | 1.25 | plan-cpu-x1.25 |"
+    assert table[0] == ("| model | plan | plan-cpu-x0.8 | plan-cpu-x1.25 | plan-step-0.25 "
+                        "| guard ran |")
+    assert table[2] == "| m | 1.00 | 0.80 | 1.25 | 1.11 | plan-cpu-x1.25 |"
     assert bench.candidates_table([{"model": "m", "plan": "codl", "latency_ms": 1.0}]) == ""
     # a plan on the GPU (a candidate splits): the plan is its own GPU-only
     gpu_plan = {"chosen": "plan", "latency_ms": {"plan": 9.0, "plan-cpu-x0.8": 9.5,
