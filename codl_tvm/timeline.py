@@ -124,7 +124,7 @@ def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
     if running:
         t = running.close(tl)
     tl.coexec_us = t
-    tl.share_us = sum(b.dur_us for b in tl.lane("gpu") if b.kind == "share")
+    tl.share_us = _sharing_us(tl)
     for role in ("cpu", "gpu"):
         end = 0.0
         for row in rows:
@@ -133,6 +133,15 @@ def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
                          row["kind"])
         setattr(tl, f"{role}_only_us", end)
     return tl
+
+
+def _sharing_us(tl: Timeline) -> float:
+    """Time of the sharing boxes: those holding both processors once, and those on one lane
+    (where copies overlap kernels, the CPU's copies sit on its lane alone)."""
+    both = {(b.start_us, b.dur_us, b.label) for b in tl.lane("gpu") if b.kind == "share"}
+    alone = [b for b in tl.lane("cpu")
+             if b.kind == "share" and (b.start_us, b.dur_us, b.label) not in both]
+    return sum(d for _, d, _ in both) + sum(b.dur_us for b in alone)
 
 
 def _share(tl: Timeline, t: float, dur_us: float, label: str) -> float:
@@ -297,8 +306,8 @@ def draw(tl: Timeline, path: str | Path, title: str = "", unit: str = "us") -> P
     handles = [Patch(color=KIND_COLORS.get(k, "#8172b3"), label=k) for k in kinds]
     handles.append(Patch(facecolor="white", edgecolor=SHARE_COLOR, hatch="////",
                          label=f"sharing ({tl.share_us * scale:.3g})"))
-    ax.legend(handles=handles, loc="upper right", fontsize=8, ncols=len(handles),
-              bbox_to_anchor=(1.0, 1.16), frameon=False)
+    ax.legend(handles=handles, loc="upper center", fontsize=8, ncols=len(handles),
+              bbox_to_anchor=(0.5, -0.16), frameon=False)  # below: a long title runs under it
     path = Path(path)
     with atomic_file(path, suffix=path.suffix) as tmp:
         fig.savefig(tmp)

@@ -260,6 +260,19 @@ def test_explain_totals_what_the_planner_priced(request, predictor, wrap, model)
         assert (unit.gpu_side_us > 0) != blocks and (unit.lead_us > 0) != blocks
 
 
+def test_sharing_total_counts_copies_on_the_cpu_lane(tiny, predictor):
+    # regression: where copies overlap kernels a split's copies sit on the CPU's lane alone,
+    # and the total of sharing counted the GPU's lane only (0 us with block copies)
+    from codl_tvm.planner.costs import BlockCopyCosts
+
+    costs = BlockCopyCosts(PredictorCosts(predictor))
+    result = explain(tiny, Plan.uniform(tiny, "H", 0.6), costs)
+    tl = result.timeline
+    assert any(b.kind == "share" for b in tl.lane("cpu"))
+    assert tl.share_us > 0
+    assert tl.share_us == pytest.approx(sum(r["share_us"] for r in result.rows))
+
+
 def test_chain_kernels_and_sharing_are_the_planners(tiny, predictor):
     # a chain's rows grow backwards as the planner (and the partition pass) cut them, and
     # its sharing is the planner's: per chain, the rows' sums are the planner's UnitCost
