@@ -134,6 +134,10 @@ class Explanation:
         Where the times come from (predictor, measurement or placeholder).
     notes : list of str
         Warnings met on the way (ops left unsplit, predictions outside the trained range).
+    planned_us : float or None
+        The planner's estimate of the whole plan on the same costs
+        (:func:`codl_tvm.planner.api.estimate`): the timeline's ops plus the ops outside the
+        plan between them (activations, adds, concats), which the timeline does not draw.
     """
 
     rows: list[dict]
@@ -141,6 +145,7 @@ class Explanation:
     source: str
     unit: str = "us"
     notes: list[str] = field(default_factory=list)
+    planned_us: float | None = None  # the planner's estimate of the plan, glue ops included
 
     def table(self, columns: list[str] | None = None) -> str:
         return format_table(self.rows, columns or TABLE_COLUMNS)
@@ -158,7 +163,8 @@ class Explanation:
             f"co-executed {tl.coexec_us:.1f} {u} (sharing {tl.share_us:.1f} {u}{overlap}); "
             f"CPU only {tl.cpu_only_us:.1f} {u}; GPU only {tl.gpu_only_us:.1f} {u}; "
             f"{speedup:.2f}x the best single processor ({best_role})"
-        )
+        ) + (f"\nthe planner's estimate, with the ops between these (not drawn): "
+             f"{self.planned_us:.1f} {u}" if self.planned_us is not None else "")
 
 
 def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
@@ -175,7 +181,7 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         samples or single-op models timed on a pair (``MeasuredCosts``), or FLOPs
         placeholders (``AnalyticCosts.placeholder()``).
     """
-    from .planner.api import build_graph
+    from .planner.api import build_graph, estimate
     from .planner.branches import parallel_branches
     from .timeline import layout
 
@@ -184,14 +190,16 @@ def explain(mod: tvm.IRModule, plan: Plan, costs) -> Explanation:
         warnings.simplefilter("always")
         docs = [a.describe() for a in find_anchors(entry_function(mod))]
         specs = {d["id"]: op_spec(d) for d in docs}
+        mg = build_graph(mod)
+        planned = estimate(mg, plan, costs)  # as the planner prices it, on the costs given
         costs = as_source(costs).in_model(footprint_bytes(docs))
         rows = plan_rows(mod, plan, costs.cpu_chunks if costs.overlap else 1)
         groups = [[[n.op_id for n in branch] for branch in group]
-                  for group in parallel_branches(build_graph(mod).nodes)]
+                  for group in parallel_branches(mg.nodes)]
         timeline = layout(rows, specs, costs, plan.io_device, branches=groups)
     # the planner's own notes first: why the plan is what it is
     notes = list(dict.fromkeys([*plan.notes, *(str(w.message) for w in caught)]))
-    return Explanation(rows, timeline, costs.label, costs.unit, notes)
+    return Explanation(rows, timeline, costs.label, costs.unit, notes, planned)
 
 
 def footprint_bytes(docs: list[dict]) -> int:

@@ -102,3 +102,11 @@ def test_explain_draws_whole_towers_on_both_processors_at_once(model, graph):
     serial = explain(model, plan, SerialCosts(COSTS)).timeline
     assert serial.overlap_us == 0.0
     assert serial.coexec_us > tl.coexec_us
+
+
+def test_explain_reports_the_planners_estimate_of_the_plan(model, graph):
+    # the timeline draws the anchors; the planner's estimate adds the ops between them
+    result = make_plan(graph, "codl", COSTS, Options(min_plan_gain=0.0))
+    explained = explain(model, result.plan, COSTS)
+    assert explained.planned_us == pytest.approx(result.predicted_us)
+    assert f"{result.predicted_us:.1f}" in explained.summary()

@@ -85,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({"rows": result.rows, "source": result.source, "unit": result.unit,
                           "coexec": tl.coexec_us, "share": tl.share_us,
                           "cpu_only": tl.cpu_only_us, "gpu_only": tl.gpu_only_us,
+                          "planned": result.planned_us,
                           "notes": result.notes, "candidates": cands}, indent=1))  # fmt: skip
     else:
         print(f"{Path(args.model).stem} on {pair_name}, plan {args.plan}")
