@@ -82,7 +82,12 @@ def build(args: argparse.Namespace) -> int:
         t0 = time.time()
         mod = codl_tvm.load_model(zoo.get(model))
         jobs += oracle_jobs(build_graph(mod), model=model)
-        entry = bundle.build(out, model, mod, pair, args.plans.split(","), costs, oracle,
+        plans, source = args.plans.split(","), oracle
+        if oracle is not None and not covers(oracle, build_graph(mod)):
+            print(f"{model}: the oracle's samples do not cover its ops; built without the "
+                  "oracle (measure its bundle again)", flush=True)
+            plans, source = [p for p in plans if p != "oracle"], None
+        entry = bundle.build(out, model, mod, pair, plans, costs, source,
                              block_copies=blocks, guard=args.guard,
                              candidates=args.candidates, cpu_scales=args.cpu_scales,
                              options=Options(branches=not args.no_branches))
@@ -272,6 +277,21 @@ def repriced(rows: list[dict], predictor: str, plans: Path) -> list[dict]:
               f"{ms:8.2f} ms, measured {measured:8.2f} ms ({ms / measured:.2f})")
         out.append(r | {"predicted_ms": ms})
     return out
+
+
+def covers(costs, mg) -> bool:
+    """Whether ``costs`` (measured samples) price every op of ``mg`` whole on both
+    processors (a model's new ops, e.g. a ConvTranspose the planner now splits, may lack
+    them)."""
+    from codl_tvm.planner.search import Evaluator
+
+    ev = Evaluator(costs, mg.nodes)
+    try:
+        for node in mg.nodes:
+            ev.whole(node, "cpu"), ev.whole(node, "gpu")
+    except KeyError:
+        return False
+    return True
 
 
 def oracle_share(args: argparse.Namespace) -> int:

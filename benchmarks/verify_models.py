@@ -49,7 +49,8 @@ CASES: dict[str, tuple[dict, list[tuple[str, str, float, bool]]]] = {
 }
 
 
-def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
+def build(out: Path, pair_name: str, block_copies: bool | None = None,
+          models: list[str] | None = None) -> int:
     import warnings
 
     import onnxruntime as ort
@@ -61,6 +62,8 @@ def build(out: Path, pair_name: str, block_copies: bool | None = None) -> int:
             else codl_tvm.DevicePair.preset(pair_name))
     index = []
     for model, (kw, splits) in CASES.items():
+        if models and model not in models:
+            continue
         path = zoo.get(model, **kw)
         mod = codl_tvm.load_model(path)
         inputs = zoo.sample_inputs(model, seed=0, **kw)
@@ -151,6 +154,8 @@ def main() -> int:
     b.add_argument("--block-copies", action=argparse.BooleanOptionalAction, default=None,
                    help="splits with block copies or without (default: as compile does, with "
                         "them on CUDA; --no-block-copies: results/verify-{full,edge}.json)")
+    b.add_argument("--models", default="", help=f"comma-separated, of {', '.join(CASES)} "
+                                                "(default: all)")
     r = sub.add_parser("run")
     r.add_argument("folder")
     r.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."),
@@ -158,7 +163,11 @@ def main() -> int:
     r.add_argument("--jobs", type=int, default=8, help="processes compiling CUDA first")
     args = p.parse_args()
     if args.cmd == "build":
-        return build(Path(args.output), args.pair, args.block_copies)
+        models = [m for m in args.models.split(",") if m]
+        unknown = sorted(set(models) - set(CASES))
+        if unknown:
+            p.error(f"--models: no case for {', '.join(unknown)}; cases: {', '.join(CASES)}")
+        return build(Path(args.output), args.pair, args.block_copies, models)
     return run(Path(args.folder), Path(args.output), args.jobs)
 
 

@@ -43,6 +43,22 @@ class Window:
 
 
 @dataclass(frozen=True)
+class TransposedWindow(Window):
+    """One spatial axis of a conv2d_transpose (dilation 1): input row ``i`` scatters into
+    output rows ``i * stride - pad_before + [0, kernel)``. As a stride-1 conv over the input
+    dilated by ``stride`` and padded by ``kernel - 1 - pad_before`` (what it runs as), output
+    row ``y`` reads the dilated rows ``y - (kernel - 1 - pad_before) + [0, kernel)``."""
+
+    def in_rows(self, out_start: int, out_end: int) -> tuple[int, int]:
+        """Unclamped input rows whose dilated positions output rows ``[out_start, out_end)``
+        read."""
+        lead = self.kernel - 1 - self.pad_before
+        start = -(-(out_start - lead) // self.stride)  # ceil
+        end = (out_end - 1 - lead + self.kernel - 1) // self.stride + 1
+        return start, end
+
+
+@dataclass(frozen=True)
 class RowPart:
     """Rows one device computes of one op in an H split.
 

@@ -1,10 +1,11 @@
 """Partitionable operators of a Relax function, with stable ids and their epilogues.
 
-An *anchor* is a conv2d, matmul or 2-D pooling call. Its id is ``{kind}_{k}``: the k-th anchor
-of that kind in binding order of the entry function, so the same model always gives the same
-ids. Its *epilogue* is the run of elementwise bindings right after it (bias add, BN scale and
-shift, ReLU...) that use only the previous value and constants: they are computed per part, so
-a split operator carries its bias and activation with it.
+An *anchor* is a conv2d, conv2d_transpose, matmul or 2-D pooling call. Its id is
+``{kind}_{k}``: the k-th anchor of that kind in binding order of the entry function, so the
+same model always gives the same ids. Its *epilogue* is the run of elementwise bindings right
+after it (bias add, BN scale and shift, ReLU...) that use only the previous value and
+constants: they are computed per part, so a split operator carries its bias and activation
+with it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tvm import relax
 # op name -> short kind used in ids and plans
 ANCHOR_KINDS: dict[str, str] = {
     "relax.nn.conv2d": "conv2d",
+    "relax.nn.conv2d_transpose": "conv2d_transpose",
     "relax.matmul": "matmul",
     "relax.nn.max_pool2d": "max_pool2d",
     "relax.nn.avg_pool2d": "avg_pool2d",
@@ -80,7 +82,8 @@ class AnchorOp:
         doc["out"] = self.out_shape
         if len(self.call.args) > 1:
             doc["weight"] = [int(d) for d in self.call.args[1].ty.shape]
-        for key in ("strides", "padding", "dilation", "groups", "pool_size", "ceil_mode"):
+        for key in ("strides", "padding", "output_padding", "dilation", "groups", "pool_size",
+                    "ceil_mode"):
             value = getattr(attrs, key, None) if attrs is not None else None
             if value is not None:
                 doc[key] = [int(v) for v in value] if hasattr(value, "__len__") else int(value)

@@ -52,6 +52,7 @@ DIMS = ("H", "OC")
 # which dims each op kind can be split on ("H" = output rows, "OC" = output channels/columns)
 SPLIT_DIMS: dict[str, tuple[str, ...]] = {
     "conv2d": ("H", "OC"),
+    "conv2d_transpose": ("H", "OC"),
     "matmul": ("H", "OC"),
     "max_pool2d": ("H", "OC"),
     "avg_pool2d": ("H", "OC"),

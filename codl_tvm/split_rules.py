@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 from tvm.relax import op as rop
 
-from .geometry import RowPart, Window
+from .geometry import RowPart, TransposedWindow, Window
 
 
 class Unsplittable(Exception):
@@ -172,6 +172,85 @@ def _conv_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, in
     )
 
 
+def _transpose_units(call: relax.Call) -> ChannelUnits:
+    _check_transpose(call)
+    return ChannelUnits(int(call.args[1].ty.shape[1]), 1, None)
+
+
+def _check_transpose(call: relax.Call) -> None:
+    a = call.attrs
+    _check_layout(a.data_layout, "NCHW", "data layout")
+    _check_layout(a.kernel_layout, "IOHW", "kernel layout")
+    if int(a.groups) != 1:
+        raise Unsplittable("a grouped conv2d_transpose cannot be split")
+
+
+def _transpose_window(call: relax.Call) -> Window:
+    _check_transpose(call)
+    a = call.attrs
+    kernel, stride, pad = int(call.args[1].ty.shape[2]), int(a.strides[0]), _ints(a.padding)
+    # within these bounds every row part has a padding form (transposed_row_padding)
+    if int(a.dilation[0]) != 1 or stride > kernel or max(pad[0], pad[2]) > kernel - 1:
+        raise Unsplittable("a conv2d_transpose with dilation, a stride past its kernel or a "
+                           "padding past its kernel cannot be split by rows")
+    return TransposedWindow(kernel, stride, 1, pad[0], pad[2])
+
+
+def transposed_row_padding(kernel: int, stride: int, pad_top: int, part: RowPart
+                           ) -> tuple[int, int, int]:
+    """(top padding, bottom padding, output padding) of the conv2d_transpose over the input
+    rows ``part.src`` that makes exactly the output rows ``part.out`` of the unsplit op
+    (``pad_top``: its top padding). In the dilated-conv view the part's first input row must
+    sit ``P' = i0 * stride - a + (kernel - 1 - pad_top)`` rows below the top of its padded
+    input, and the bottom padding fills the rest of the ``b - a + kernel - 1`` rows read;
+    what the bottom needs beyond ``kernel - 1`` rows is output padding."""
+    (i0, i1), (a, b) = part.src, part.out
+    lead = i0 * stride - a + kernel - 1 - pad_top
+    tail = b - a + kernel - 2 - (i1 - i0 - 1) * stride - lead
+    if not 0 <= lead <= kernel - 1 or tail < 0:
+        raise Unsplittable(f"a conv2d_transpose part of rows {part.out} has no padding form")
+    if tail <= kernel - 1:
+        return kernel - 1 - lead, kernel - 1 - tail, 0
+    if tail - (kernel - 1) >= stride:
+        raise Unsplittable(f"a conv2d_transpose part of rows {part.out} needs output padding "
+                           f"past its stride {stride}")
+    return kernel - 1 - lead, 0, tail - (kernel - 1)
+
+
+def _transpose_h_part(call: relax.Call, args: list[relax.Expr], part: RowPart) -> relax.Expr:
+    a = call.attrs
+    pad, stride = _ints(a.padding), _ints(a.strides)
+    top, bottom, extra = transposed_row_padding(int(call.args[1].ty.shape[2]), stride[0],
+                                                pad[0], part)
+    return _transpose_call(call, args[0], args[1], [top, pad[1], bottom, pad[3]],
+                           [extra, int(a.output_padding[1])])
+
+
+def _transpose_call(call: relax.Call, data: relax.Expr, weight: relax.Expr,
+                    padding: list[int], output_padding: list[int]) -> relax.Expr:
+    a = call.attrs
+    return rop.nn.conv2d_transpose(
+        data,
+        weight,
+        strides=_ints(a.strides),
+        padding=padding,
+        output_padding=output_padding,
+        dilation=_ints(a.dilation),
+        groups=1,
+        data_layout="NCHW",
+        kernel_layout="IOHW",
+        out_layout=str(a.out_layout),
+        out_dtype=_dtype(a.out_dtype),
+    )
+
+
+def _transpose_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, int]
+                       ) -> relax.Expr:
+    a = call.attrs
+    weight = slice_const(args[1], 1, units[0], units[1])  # IOHW: output channels on axis 1
+    return _transpose_call(call, args[0], weight, _ints(a.padding), _ints(a.output_padding))
+
+
 def _pool_oc_part(call: relax.Call, args: list[relax.Expr], units: tuple[int, int]) -> relax.Expr:
     return _pool_call(call, args[0], _ints(call.attrs.padding), bool(call.attrs.ceil_mode))
 
@@ -232,6 +311,10 @@ RULES: dict[str, SplitRule] = {
     "avg_pool2d": SplitRule(
         _nchw_h, _nchw_c, _pool_window, _pool_h_part, _pool_units, _pool_oc_part,
         lambda call: True,
+    ),
+    "conv2d_transpose": SplitRule(
+        _nchw_h, _nchw_c, _transpose_window, _transpose_h_part, _transpose_units,
+        _transpose_oc_part, lambda call: False,
     ),
     "matmul": SplitRule(
         _rows_axis, _cols_axis, _matmul_window, _matmul_h_part, _matmul_units, _matmul_oc_part,

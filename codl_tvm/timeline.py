@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from .outputs import atomic_file
@@ -129,10 +130,18 @@ def layout(rows: list[dict], specs: dict, costs, io_device: str = "gpu",
         end = 0.0
         for row in rows:
             spec, repeat = specs[row["op"]]
-            end = tl.add(f"{role}-only", end, costs.kernel_us(role, spec) * repeat, row["op"],
-                         row["kind"])
+            end = tl.add(f"{role}-only", end, kernel_us(costs, row, role, spec) * repeat,
+                         row["op"], row["kind"])
         setattr(tl, f"{role}_only_us", end)
     return tl
+
+
+def kernel_us(costs: CostSourceBase, row: dict, role: str, spec) -> float:
+    """``spec`` (the row's op or a part of it) on ``role``; a conv2d_transpose's on the kernel
+    the dispatch runs it with (its spec is the conv over its dilated input)."""
+    if row["kind"] == "conv2d_transpose":
+        return costs.transposed_conv_us(role, spec)
+    return costs.kernel_us(role, spec)
 
 
 def _sharing_us(tl: Timeline) -> float:
@@ -162,7 +171,7 @@ def _whole_op(tl: Timeline, t: float, here: str, row: dict, specs: dict,
     role = row["place"]
     move = costs.move_us(spec, f"to_{role}") * repeat if here != role else 0.0
     t = _share(tl, t, move, f"to {role}")
-    kernel = costs.kernel_us(role, spec) * repeat
+    kernel = kernel_us(costs, row, role, spec) * repeat
     _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
     return tl.add(role, t, kernel, row["op"], row["kind"]), role
 
@@ -186,7 +195,7 @@ class _Group:
         role = row["place"]
         move = costs.move_us(spec, f"to_{role}") * repeat if self.source != role and head else 0
         start = tl.add(role, self.clocks.get(role, self.start_us), move, f"to {role}", "share")
-        kernel = costs.kernel_us(role, spec) * repeat
+        kernel = kernel_us(costs, row, role, spec) * repeat
         _fill(row, kernel if role == "cpu" else 0.0, kernel if role == "gpu" else 0.0, move)
         self.clocks[role] = tl.add(role, start, kernel, row["op"], row["kind"])
         self.serial_us += row["total_us"]
@@ -216,7 +225,8 @@ def _split_unit(tl: Timeline, t: float, here: str, unit: list[dict], specs: dict
                                           unit[0]["ratio"], parts, repeat))
     cpu_us: list[float | None] = [None] * len(unit)  # the CPU part's, where it runs in chunks
     if unit[0]["dim"] == "H" and costs.overlap and costs.cpu_chunks > 1:
-        chunked = chunked_cpu(parts["cpu"], repeat, costs.cpu_chunks, costs.kernel_us,
+        kernels = [partial(kernel_us, costs, row) for row in unit]
+        chunked = chunked_cpu(parts["cpu"], repeat, costs.cpu_chunks, kernels,
                               costs.sharing_us, share)
         if chunked is not None:
             cpu_us, share = list(chunked[0]), chunked[1]
@@ -266,7 +276,8 @@ def _parts(tl: Timeline, ends: dict[str, float], row: dict, specs: dict,
         if role == "cpu" and cpu_us is not None:
             times[role] = cpu_us
         else:
-            times[role] = costs.kernel_us(role, part) * repeat if part is not None else 0.0
+            times[role] = (kernel_us(costs, row, role, part) * repeat if part is not None
+                           else 0.0)
         start = ends[role] if costs.concurrent else max(ends.values())
         ends[role] = tl.add(role, start, times[role], row["op"], row["kind"])
     return times

@@ -157,7 +157,7 @@ def oracle_jobs(mod: tvm.IRModule | ModelGraph, grid: tuple[float, ...] = MEASUR
     specs = list({n.spec: (model, n.spec) for n in mg.nodes if n.spec is not None}.values())
     jobs = [j for j in space.compute_jobs(specs, grid) if j.dim in _dims_of(mg, j.spec)]
     # a ConvTranspose runs its own kernel, which no OpSpec job builds: left to the costs
-    glue = list({g.spec(): (model, g.spec()) for g in mg.glue if g.conv is None}.values())
+    glue = list({g.spec(): (model, g.spec()) for g in mg.glue}.values())
     jobs += [j for j in space.compute_jobs(glue, (1.0,)) if j.dim == "H"]  # whole, each role
     return jobs + space.sharing_jobs(6, max(max(n.in_bytes, n.out_bytes) for n in mg.nodes))
 

@@ -81,7 +81,7 @@ class CostSourceBase:
 
     def transposed_conv_us(self, role: str, sub: OpSpec) -> float:
         """A conv2d_transpose on ``role``, ``sub`` being the stride-1 conv over its dilated
-        input (:attr:`~codl_tvm.planner.glue.GlueOp.conv`); default: that conv's time, where
+        input (:attr:`~codl_tvm.planner.nodes.OpNode.spec`); default: that conv's time, where
         a source cannot tell the kernels apart."""
         return self.kernel_us(role, sub)
 

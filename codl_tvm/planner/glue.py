@@ -61,16 +61,12 @@ class GlueOp:
         The kernel it is fused into (an elementwise op reading a value nobody else reads):
         a planned op's id (fused unless that op is split, whose parts end in a concat), or
         ``""`` for the op outside the plan before it (always fused); None: its own kernel.
-    conv : OpSpec or None
-        A conv2d_transpose's work: the stride-1 conv over its dilated input it legalizes to
-        and runs as (:func:`transposed_conv`); None: an elementwise kernel over ``shape``.
     """
 
     op: str
     shape: tuple[int, ...]
     source: str | None
     into: str | None = None
-    conv: OpSpec | None = None
 
     def fused(self, split_ops: set[str] | frozenset[str]) -> bool:
         """Whether it runs inside another kernel when the ops in ``split_ops`` are split."""
@@ -85,14 +81,12 @@ class GlueOp:
         return OpSpec("elementwise", 1, 1, size, size)
 
     def to_json(self) -> dict:
-        doc = {"op": self.op, "shape": list(self.shape), "source": self.source,
-               "into": self.into}
-        return doc | ({"conv": self.conv.to_json()} if self.conv is not None else {})
+        return {"op": self.op, "shape": list(self.shape), "source": self.source,
+                "into": self.into}
 
     @staticmethod
     def from_json(doc: dict) -> GlueOp:
-        conv = OpSpec.from_json(doc["conv"]) if doc.get("conv") else None
-        return GlueOp(doc["op"], tuple(doc["shape"]), doc["source"], doc.get("into"), conv)
+        return GlueOp(doc["op"], tuple(doc["shape"]), doc["source"], doc.get("into"))
 
 
 def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int],
@@ -113,16 +107,6 @@ def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int]
     if (h - 1) * sh + pad[0] + pad[2] < kh - 1 or (w - 1) * sw + pad[1] + pad[3] < kw - 1:
         return None  # an empty output: no op to price
     return OpSpec("conv2d", (h - 1) * sh + 1, (w - 1) * sw + 1, ic, oc, kh, kw, 1, 1, pad)
-
-
-# ops outside the plan whose kernels take an elementwise epilogue
-# (codl_tvm.passes.fuse_epilogues.EPILOGUE_KINDS); of the anchors, convs and matmuls do
-EPILOGUE_TAKERS = frozenset({"relax.nn.conv2d_transpose"})
-
-
-def takes_epilogue(op: str) -> bool:
-    """Whether an elementwise op after ``op`` (not ``call_tir``) runs inside its kernel."""
-    return op in EPILOGUE_TAKERS
 
 
 def is_elementwise(op: str) -> bool:

@@ -24,7 +24,7 @@ class OpNode:
     op_id : str
         Id from :func:`codl_tvm.list_ops` (``conv2d_3``).
     kind : str
-        Anchor kind (conv2d, matmul, max_pool2d, avg_pool2d).
+        Anchor kind (conv2d, conv2d_transpose, matmul, max_pool2d, avg_pool2d).
     spec : OpSpec or None
         Predictor description; None for ops the planner cannot cost (batched matmul), which
         stay on the GPU.
@@ -59,6 +59,11 @@ class OpNode:
     chain_next: dict[str, bool] = field(default_factory=dict)
     input_key: int = -1
     repeat: int = 1
+
+    @property
+    def transposed(self) -> bool:
+        """A conv2d_transpose: ``spec`` is the stride-1 conv over its dilated input."""
+        return self.kind == "conv2d_transpose"
 
     @property
     def in_bytes(self) -> int:

@@ -20,7 +20,7 @@ from ..passes.fuse_epilogues import fusable_kernels
 from ..predictor.opspec import OpSpec, conv_kind
 from ..split_rules import RULES
 from ..unit_geometry import split_extent
-from .glue import GlueOp, is_elementwise, priced_shape, takes_epilogue, transposed_conv
+from .glue import GlueOp, is_elementwise, priced_shape, transposed_conv
 from .nodes import BYTES_PER_ELEM, OpNode
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
@@ -80,6 +80,8 @@ def op_spec(anchor: AnchorOp) -> tuple[OpSpec | None, int]:
         if rows == 1:
             return OpSpec("dense", 1, 1, k, n), repeat
         return OpSpec("conv2d", rows, 1, k, n), repeat
+    if kind == "conv2d_transpose":
+        return _transposed(anchor.call), shape_in[0]
     batch, channels, height, width = shape_in
     common = {"H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
               "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0]}
@@ -130,7 +132,10 @@ def order_key(op_id: str, anchors: list[AnchorOp]) -> int:
 
 def _chain_next(a: AnchorOp, nxt: AnchorOp | None) -> dict[str, bool]:
     follows = nxt is not None and nxt.data.same_as(a.out_var) and a.out_uses == 1
-    return {"H": bool(follows), "OC": bool(follows and RULES[nxt.kind].channel_local(nxt.call))}
+    # the planner prices a conv2d_transpose as the conv over its dilated input, whose rows
+    # are not its producer's: it may head a row chain, not continue one
+    return {"H": bool(follows and split_extent(nxt, "H") > 0 and nxt.kind != "conv2d_transpose"),
+            "OC": bool(follows and RULES[nxt.kind].channel_local(nxt.call))}
 
 
 def build_graph(mod: tvm.IRModule) -> ModelGraph:
@@ -176,11 +181,11 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
     ``fusable``: the names of the importer's kernels (``call_tir``) that are elementwise.
     :class:`codl_tvm.passes.FuseEpilogues` joins an elementwise op with the producer of each
     input that nobody else reads, where that producer is elementwise or takes an epilogue (a
-    conv or matmul anchor, :func:`~.glue.takes_epilogue`; one such per kernel). Each group is
-    one kernel.
+    conv, conv2d_transpose or matmul anchor; one such per kernel). Each group is one kernel.
     """
     owner = {b.var: a.op_id for a in anchors for b in a.bindings}
-    heads = {a.out_var: a.op_id for a in anchors if a.kind in ("conv2d", "matmul")}
+    heads = {a.out_var: a.op_id for a in anchors
+             if a.kind in ("conv2d", "conv2d_transpose", "matmul")}
     uses = count_uses(func)
     groups = _Groups()
     found: list[tuple[relax.Var, str, tuple[int, ...], str | None]] = []
@@ -201,9 +206,7 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
             shape = priced_shape(value.op.name, out_shape, None if data is None else _shape(data))
             if shape is None:
                 continue
-            found.append((b.var, value.op.name, tuple(shape), src, _transposed(value)))
-            if takes_epilogue(value.op.name):
-                heads[b.var] = ""  # its kernel is its own, priced as such; what joins it is free
+            found.append((b.var, value.op.name, tuple(shape), src))
             if not _elementwise(value, fusable):
                 continue
             groups.add(b.var)
@@ -212,21 +215,19 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
                     groups.join(b.var, a, heads.get(a))
     out = []
     seen: set[object] = set()
-    for var, op, shape, src, conv in found:
+    for var, op, shape, src in found:
         into = None
         if var in groups:
             root, head = groups.head(var)
             # the first op of a group without a head carries the group's kernel
             into = "" if root in seen or head == "" else head
             seen.add(root)
-        out.append(GlueOp(op, shape, src, into, conv))
+        out.append(GlueOp(op, shape, src, into))
     return out
 
 
 def _transposed(call: relax.Call) -> OpSpec | None:
     """A conv2d_transpose's work as the conv it runs as (:func:`~.glue.transposed_conv`)."""
-    if call.op.name != "relax.nn.conv2d_transpose":
-        return None
     data, weight = (_shape(a) for a in call.args[:2])
     a = call.attrs
     if data is None or weight is None or a.data_layout != "NCHW" or a.kernel_layout != "IOHW":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..predictor.opspec import OpSpec
 from ..predictor.split_sharing import (
@@ -131,22 +132,23 @@ class Evaluator:
     def glue_us(self, op: GlueOp, role: str) -> float:
         """One op outside the plan on ``role`` (0 where the costs cannot price it: measured
         costs of the planned ops only)."""
-        conv = op.conv  # a conv2d_transpose: the conv it runs as (no other glue is a conv)
-        key = (role, op.spec() if conv is None else conv)
+        key = (role, op.spec())
         if key not in self._glue:
             try:
                 with warnings.catch_warnings():  # a norm's or a logit's shape is no conv's
                     warnings.simplefilter("ignore")
-                    self._glue[key] = (self.kernel(*key) if conv is None
-                                       else self.costs.transposed_conv_us(role, conv))
+                    self._glue[key] = self.kernel(*key)
             except KeyError:
                 self._glue[key] = 0.0
         return self._glue[key]
 
-    def kernel(self, role: str, sub: OpSpec) -> float:
-        key = (role, sub)
+    def kernel(self, role: str, sub: OpSpec, transposed: bool = False) -> float:
+        """``sub`` on ``role``; ``transposed``: a conv2d_transpose's (part), ``sub`` being the
+        conv over its dilated input, on the kernel the dispatch runs a transposed conv with."""
+        key = (role, sub, transposed)
         if key not in self._kernels:
-            self._kernels[key] = self.costs.kernel_us(role, sub)
+            self._kernels[key] = (self.costs.transposed_conv_us(role, sub) if transposed
+                                  else self.costs.kernel_us(role, sub))
         return self._kernels[key]
 
     def share(self, op: str, role: str, nbytes: float) -> float:
@@ -154,7 +156,9 @@ class Evaluator:
 
     def whole(self, node: OpNode, role: str) -> float:
         """Kernel time of the whole op on ``role`` (0 for an op without a spec)."""
-        return self.kernel(role, node.spec) * node.repeat if node.spec is not None else 0.0
+        if node.spec is None:
+            return 0.0
+        return self.kernel(role, node.spec, node.transposed) * node.repeat
 
     def isolated(self, node: OpNode, role: str) -> float:
         """Whole op on ``role`` with its input and output brought from and to the GPU."""
@@ -176,14 +180,16 @@ class Evaluator:
             return None
         rep = nodes[0].repeat
         try:
-            t = {r: sum(self.kernel(r, s) for s in parts[r]) * rep for r in ROLES}
+            t = {r: sum(self.kernel(r, s, n.transposed) for n, s in zip(nodes, parts[r]))
+                 * rep for r in ROLES}
         except KeyError:  # measured costs without this part: the split is not an option
             return None
         last = nodes[-1]
         unit = SplitUnit(nodes[0].spec, last.spec, dim, ratio, parts, rep, last.out_bytes)
         sharing = self.costs.split_sharing(unit)
         if dim == "H" and self.costs.overlap and self.costs.cpu_chunks > 1:
-            chunked = chunked_cpu(parts["cpu"], rep, self.costs.cpu_chunks, self.kernel,
+            kernels = [partial(self.kernel, transposed=n.transposed) for n in nodes]
+            chunked = chunked_cpu(parts["cpu"], rep, self.costs.cpu_chunks, kernels,
                                   self.share, sharing)
             if chunked is not None:
                 t["cpu"], sharing = sum(chunked[0]), chunked[1]

@@ -177,18 +177,21 @@ def pipelined_us(chunk_us: Sequence[float], upload_us: Sequence[float]) -> float
     return landed
 
 
-def chunked_cpu(cpu: list[OpSpec], repeat: int, max_chunks: int, kernel: KernelFn,
-                cost: ShareFn, sharing: SplitSharing) -> tuple[list[float], SplitSharing] | None:
+def chunked_cpu(cpu: list[OpSpec], repeat: int, max_chunks: int,
+                kernel: KernelFn | Sequence[KernelFn], cost: ShareFn, sharing: SplitSharing
+                ) -> tuple[list[float], SplitSharing] | None:
     """A row split whose CPU part runs in chunks, as the planner and ``explain`` price it:
     per member op, its CPU kernel time summed over the chunks, and the split's sharing with
     the chunks' rows moved to the CPU (``to_cpu_us``: one transfer, every chunk's halo
     included) and only what no later chunk hides of their uploads left (``to_gpu_us``; each
-    upload priced as a transfer of its own). None where the part stays whole.
+    upload priced as a transfer of its own). None where the part stays whole. ``kernel``:
+    one pricing for every member op, or one per member (a conv2d_transpose's is its own).
     """
     chunks = cpu_chunk_specs(cpu, max_chunks, repeat)
     if len(chunks) < 2:
         return None
-    compute = [[kernel("cpu", s) * repeat for s in c] for c in chunks]
+    kernels = [kernel] * len(cpu) if callable(kernel) else list(kernel)
+    compute = [[k("cpu", s) * repeat for k, s in zip(kernels, c, strict=True)] for c in chunks]
     uploads = [cost("to_gpu", "gpu", c[-1].out_bytes * repeat) for c in chunks]
     # the chunks' rows go to the host back to back and the host waits once: one transfer
     downloads = cost("to_cpu", "cpu", sum(c[0].in_bytes for c in chunks) * repeat)
