@@ -19,7 +19,7 @@ from .passes.units import _resolve as resolve_unit
 from .passes.units import build_units
 from .plan import Plan
 from .planner.cost_source import as_source
-from .planner.glue import transposed_conv
+from .planner.nodes import transposed_conv
 from .predictor.opspec import OpSpec, conv_kind
 from .split_rules import Unsplittable
 from .unit_geometry import cpu_row_chunks, h_parts, oc_parts

@@ -20,8 +20,7 @@ from codl_tvm.planner import AnalyticCosts, build_graph
 from codl_tvm.planner.api import for_pair
 from codl_tvm.planner.candidates import ScaledCosts
 from codl_tvm.planner.costs import PredictorCosts
-from codl_tvm.planner.glue import transposed_conv
-from codl_tvm.planner.nodes import OpNode
+from codl_tvm.planner.nodes import OpNode, transposed_conv
 from codl_tvm.planner.opgraph import ModelGraph
 from codl_tvm.planner.search import Evaluator, spec_parts
 from codl_tvm.predictor import DATA_DIR, load, mirror

@@ -89,26 +89,6 @@ class GlueOp:
         return GlueOp(doc["op"], tuple(doc["shape"]), doc["source"], doc.get("into"))
 
 
-def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int],
-                    padding: tuple[int, int, int, int], output_padding: tuple[int, int],
-                    groups: int = 1, dilation: tuple[int, int] = (1, 1)) -> OpSpec | None:
-    """The conv2d a (batch-1, NCHW, IOHW-weight) conv2d_transpose legalizes to: stride 1 over
-    its input dilated by ``strides``, padded by ``K - 1 - pad`` (plus the output padding at the
-    bottom and right), kernel flipped, which :mod:`codl_tvm.schedules.conv_transpose` runs on
-    the project's conv kernels; None where it does not (groups or dilation other than 1)."""
-    if groups != 1 or tuple(dilation) != (1, 1) or len(data) != 4:
-        return None
-    (_, ic, h, w), (_, oc, kh, kw) = data, weight
-    (sh, sw), (top, left, bottom, right) = strides, padding
-    pad = (kh - 1 - top, kw - 1 - left, kh - 1 - bottom + output_padding[0],
-           kw - 1 - right + output_padding[1])
-    if min(pad) < 0:  # a padding past the kernel crops: TOPI slices, not a plain conv
-        return None
-    if (h - 1) * sh + pad[0] + pad[2] < kh - 1 or (w - 1) * sw + pad[1] + pad[3] < kw - 1:
-        return None  # an empty output: no op to price
-    return OpSpec("conv2d", (h - 1) * sh + 1, (w - 1) * sw + 1, ic, oc, kh, kw, 1, 1, pad)
-
-
 def is_elementwise(op: str) -> bool:
     """Whether a Relax op (not ``call_tir``) runs as an elementwise or broadcast kernel."""
     return GLUE_RULES.get(op) == ELEMENTWISE

@@ -20,8 +20,8 @@ from ..passes.fuse_epilogues import fusable_kernels
 from ..predictor.opspec import OpSpec, conv_kind
 from ..split_rules import RULES
 from ..unit_geometry import split_extent
-from .glue import GlueOp, is_elementwise, priced_shape, transposed_conv
-from .nodes import BYTES_PER_ELEM, OpNode
+from .glue import GlueOp, is_elementwise, priced_shape
+from .nodes import BYTES_PER_ELEM, OpNode, transposed_conv
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
 
@@ -227,7 +227,7 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
 
 
 def _transposed(call: relax.Call) -> OpSpec | None:
-    """A conv2d_transpose's work as the conv it runs as (:func:`~.glue.transposed_conv`)."""
+    """A conv2d_transpose's work as the conv it runs as (:func:`~.nodes.transposed_conv`)."""
     data, weight = (_shape(a) for a in call.args[:2])
     a = call.attrs
     if data is None or weight is None or a.data_layout != "NCHW" or a.kernel_layout != "IOHW":
