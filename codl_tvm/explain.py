@@ -19,7 +19,7 @@ from .passes.units import _resolve as resolve_unit
 from .passes.units import build_units
 from .plan import Plan
 from .planner.cost_source import as_source
-from .planner.nodes import transposed_conv
+from .planner.nodes import transposed_spec
 from .predictor.opspec import OpSpec, conv_kind
 from .split_rules import Unsplittable
 from .unit_geometry import cpu_row_chunks, h_parts, oc_parts
@@ -107,10 +107,7 @@ def op_spec(desc: dict) -> tuple[OpSpec, int]:
             return OpSpec("dense", 1, 1, k, n), repeat
         return OpSpec("conv2d", rows, 1, k, n), repeat
     if kind == "conv2d_transpose":  # the conv over its dilated input, as the planner has it
-        pad = tuple(desc["padding"])
-        spec = transposed_conv(shape_in, desc["weight"], tuple(desc["strides"]),
-                               pad * 2 if len(pad) == 2 else pad, tuple(desc["output_padding"]),
-                               desc["groups"], tuple(desc["dilation"]))
+        spec = transposed_spec(desc)
         if spec is not None:
             return spec, shape_in[0]
         return OpSpec("elementwise", shape_out[2], shape_out[3], shape_out[1], shape_out[1]), 1

@@ -113,6 +113,15 @@ def transposed_conv(data: list[int], weight: list[int], strides: tuple[int, int]
     return OpSpec("conv2d", (h - 1) * sh + 1, (w - 1) * sw + 1, ic, oc, kh, kw, 1, 1, pad)
 
 
+def transposed_spec(desc: dict) -> OpSpec | None:
+    """:func:`transposed_conv` of a conv2d_transpose as :func:`codl_tvm.list_ops` describes
+    it (NCHW data, IOHW weight)."""
+    pad = tuple(desc["padding"])
+    return transposed_conv(desc["in"], desc["weight"], tuple(desc["strides"]),
+                           pad * 2 if len(pad) == 2 else pad, tuple(desc["output_padding"]),
+                           desc["groups"], tuple(desc["dilation"]))
+
+
 def footprint_bytes(nodes: list[OpNode]) -> int:
     """Bytes a model touches per inference: every op's weights and output."""
     return sum(n.weight_bytes + n.out_bytes for n in nodes)

@@ -21,7 +21,7 @@ from ..predictor.opspec import OpSpec, conv_kind
 from ..split_rules import RULES
 from ..unit_geometry import split_extent
 from .glue import GlueOp, is_elementwise, priced_shape
-from .nodes import BYTES_PER_ELEM, OpNode, transposed_conv
+from .nodes import BYTES_PER_ELEM, OpNode, transposed_spec
 
 POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
 
@@ -81,7 +81,9 @@ def op_spec(anchor: AnchorOp) -> tuple[OpSpec | None, int]:
             return OpSpec("dense", 1, 1, k, n), repeat
         return OpSpec("conv2d", rows, 1, k, n), repeat
     if kind == "conv2d_transpose":
-        return _transposed(anchor.call), shape_in[0]
+        a = anchor.call.attrs
+        nchw = a.data_layout == "NCHW" and a.kernel_layout == "IOHW"
+        return (transposed_spec(desc) if nchw else None), shape_in[0]
     batch, channels, height, width = shape_in
     common = {"H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
               "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0]}
@@ -224,19 +226,6 @@ def _glue(func: relax.Function, anchors: list[AnchorOp], fusable: set[str]) -> l
             seen.add(root)
         out.append(GlueOp(op, shape, src, into))
     return out
-
-
-def _transposed(call: relax.Call) -> OpSpec | None:
-    """A conv2d_transpose's work as the conv it runs as (:func:`~.nodes.transposed_conv`)."""
-    data, weight = (_shape(a) for a in call.args[:2])
-    a = call.attrs
-    if data is None or weight is None or a.data_layout != "NCHW" or a.kernel_layout != "IOHW":
-        return None
-    ints = lambda xs: tuple(int(x) for x in xs)  # noqa: E731
-    pad = ints(a.padding)
-    pad = pad * 2 if len(pad) == 2 else pad
-    return transposed_conv(data, weight, ints(a.strides), pad, ints(a.output_padding),
-                           int(a.groups), ints(a.dilation))
 
 
 class _Groups:
