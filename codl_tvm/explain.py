@@ -19,8 +19,8 @@ from .passes.units import _resolve as resolve_unit
 from .passes.units import build_units
 from .plan import Plan
 from .planner.cost_source import as_source
-from .planner.nodes import transposed_spec
-from .predictor.opspec import OpSpec, conv_kind
+from .planner.nodes import desc_spec
+from .predictor.opspec import OpSpec
 from .split_rules import Unsplittable
 from .unit_geometry import cpu_row_chunks, h_parts, oc_parts
 
@@ -28,7 +28,6 @@ from .unit_geometry import cpu_row_chunks, h_parts, oc_parts
 PLAN_COLUMNS = ["op", "kind", "in", "out", "place", "dim", "ratio", "chain", "gpu", "cpu"]
 COST_COLUMNS = ["cpu_us", "gpu_us", "share_us", "total_us"]
 TABLE_COLUMNS = ["op", "kind", "out", "place", "dim", "ratio", "chain", *COST_COLUMNS]
-POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
 
 
 def plan_rows(mod: tvm.IRModule, plan: Plan, cpu_chunks: int = 1) -> list[dict]:
@@ -92,37 +91,14 @@ def _fmt(value) -> str:
 
 # ---- op descriptions -> predictor specs ------------------------------------------------------
 def op_spec(desc: dict) -> tuple[OpSpec, int]:
-    """The :class:`OpSpec` of one op of :func:`codl_tvm.list_ops`, and how often it repeats.
-
-    An OpSpec is batch-1, so a batch-N conv is N repeats of one image. A matmul ``[.., M, K] x
-    [K, N]`` is a dense layer when M is 1, else a 1x1 convolution over M rows (what the plan's
-    ``H`` split cuts), repeated over leading batch dims.
-    """
-    kind, shape_in, shape_out = desc["kind"], desc["in"], desc["out"]
-    if kind == "matmul":
-        k, n = shape_in[-1], shape_out[-1]
-        rows = shape_out[-2] if len(shape_out) >= 2 else 1
-        repeat = math.prod(shape_out[:-2]) if len(shape_out) > 2 else 1
-        if rows == 1:
-            return OpSpec("dense", 1, 1, k, n), repeat
-        return OpSpec("conv2d", rows, 1, k, n), repeat
-    if kind == "conv2d_transpose":  # the conv over its dilated input, as the planner has it
-        spec = transposed_spec(desc)
-        if spec is not None:
-            return spec, shape_in[0]
-        return OpSpec("elementwise", shape_out[2], shape_out[3], shape_out[1], shape_out[1]), 1
-    batch, channels, height, width = shape_in
-    common = {
-        "H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
-        "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0],
-    }  # fmt: skip
-    if kind in POOL_KINDS:
-        kh, kw = desc["pool_size"]
-        return OpSpec(POOL_KINDS[kind], IC=channels, OC=channels, KH=kh, KW=kw, **common), batch
-    oc, _, kh, kw = desc["weight"]
-    groups = desc["groups"]
-    return OpSpec(conv_kind(channels, oc, groups), IC=channels, OC=oc, KH=kh, KW=kw,
-                  groups=groups, **common), batch  # fmt: skip
+    """The :class:`OpSpec` of one op of :func:`codl_tvm.list_ops`, and how often it repeats
+    (:func:`~codl_tvm.planner.nodes.desc_spec`; a matmul of two activations is priced as one
+    of a weight of its shape, a ConvTranspose without a conv form as elementwise work)."""
+    spec, repeat = desc_spec(desc, weightless_matmul=True)
+    if spec is None:  # a conv2d_transpose the conv kernels do not run
+        out = desc["out"]
+        return OpSpec("elementwise", out[2], out[3], out[1], out[1]), 1
+    return spec, repeat
 
 
 # ---- explanation -------------------------------------------------------------------------

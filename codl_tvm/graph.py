@@ -87,6 +87,10 @@ class AnchorOp:
             value = getattr(attrs, key, None) if attrs is not None else None
             if value is not None:
                 doc[key] = [int(v) for v in value] if hasattr(value, "__len__") else int(value)
+        for key in ("data_layout", "kernel_layout"):  # the spec of an op assumes NCHW
+            value = getattr(attrs, key, None) if attrs is not None else None
+            if value is not None:
+                doc[key] = str(value)
         doc["epilogue"] = [b.value.op.name for b in self.bindings[1:]]
         return doc
 

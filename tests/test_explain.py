@@ -104,6 +104,18 @@ def test_op_spec_of_matmuls():
     assert spec.flops * repeat == 2 * 2 * 12 * 64 * 32 * 16
 
 
+@pytest.mark.parametrize("model", ["fast-style-transfer", "inception-v3"])
+def test_op_spec_is_the_planners(model):
+    """explain prices each op with the spec the planner's graph gives it (one derivation:
+    ``planner.nodes.desc_spec``); ConvTransposes, pools and convs of every kind."""
+    from codl_tvm.planner.opgraph import build_graph
+
+    mod = zoo.load(model)
+    specs = [(n.spec, n.repeat) for n in build_graph(mod).nodes]
+    assert specs == [op_spec(d) for d in codl_tvm.list_ops(mod)]
+    assert all(spec is not None for spec, _ in specs)
+
+
 # ---- costs and layout -------------------------------------------------------------------------
 def test_unchained_split_rows_equal_predict_op(tiny, predictor):
     plan = Plan.uniform(tiny, "OC", 0.6)

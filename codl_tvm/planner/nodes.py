@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.predictor.opspec import OpSpec, conv_kind
 
 BYTES_PER_ELEM = 4
 
@@ -120,6 +120,45 @@ def transposed_spec(desc: dict) -> OpSpec | None:
     return transposed_conv(desc["in"], desc["weight"], tuple(desc["strides"]),
                            pad * 2 if len(pad) == 2 else pad, tuple(desc["output_padding"]),
                            desc["groups"], tuple(desc["dilation"]))
+
+
+POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
+
+
+def desc_spec(desc: dict, weightless_matmul: bool = False) -> tuple[OpSpec | None, int]:
+    """The predictor's :class:`OpSpec` of an op as :func:`codl_tvm.list_ops` describes it,
+    and how often it repeats; (None, 1) where it has none.
+
+    An OpSpec is batch-1, so a batch-N conv is N repeats of one image. A matmul ``[.., M, K] x
+    [K, N]`` is a dense layer when M is 1, else a 1x1 convolution over M rows (what the H split
+    cuts), repeated over leading batch dims. A matmul of two activations (attention) has no
+    spec unless ``weightless_matmul`` prices it as one of a weight of its shape, as ``explain``
+    does; a conv2d_transpose is the conv over its dilated input (:func:`transposed_spec`).
+    """
+    kind, shape_in, shape_out = desc["kind"], desc["in"], desc["out"]
+    if kind == "matmul":
+        if not weightless_matmul and (len(desc.get("weight", [])) != 2 or len(shape_in) < 2):
+            return None, 1
+        k, n = shape_in[-1], shape_out[-1]
+        rows = shape_out[-2] if len(shape_out) >= 2 else 1
+        repeat = math.prod(shape_out[:-2]) if len(shape_out) > 2 else 1
+        if rows == 1:
+            return OpSpec("dense", 1, 1, k, n), repeat
+        return OpSpec("conv2d", rows, 1, k, n), repeat
+    if kind == "conv2d_transpose":
+        nchw = (desc.get("data_layout", "NCHW"), desc.get("kernel_layout", "IOHW")) == (
+            "NCHW", "IOHW")
+        return (transposed_spec(desc) if nchw else None), shape_in[0]
+    batch, channels, height, width = shape_in
+    common = {"H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
+              "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0]}
+    if kind in POOL_KINDS:
+        kh, kw = desc["pool_size"]
+        return OpSpec(POOL_KINDS[kind], IC=channels, OC=channels, KH=kh, KW=kw, **common), batch
+    oc, _, kh, kw = desc["weight"]
+    groups = desc["groups"]
+    return OpSpec(conv_kind(channels, oc, groups), IC=channels, OC=oc, KH=kh, KW=kw,
+                  groups=groups, **common), batch
 
 
 def footprint_bytes(nodes: list[OpNode]) -> int:

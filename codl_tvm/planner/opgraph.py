@@ -17,13 +17,11 @@ from tvm import relax
 
 from ..graph import AnchorOp, count_uses, entry_function, find_anchors, fingerprint
 from ..passes.fuse_epilogues import fusable_kernels
-from ..predictor.opspec import OpSpec, conv_kind
+from ..predictor.opspec import OpSpec
 from ..split_rules import RULES
 from ..unit_geometry import split_extent
 from .glue import GlueOp, is_elementwise, priced_shape
-from .nodes import BYTES_PER_ELEM, OpNode, transposed_spec
-
-POOL_KINDS = {"max_pool2d": "pool_max", "avg_pool2d": "pool_avg"}
+from .nodes import BYTES_PER_ELEM, OpNode, desc_spec
 
 
 @dataclass
@@ -63,38 +61,9 @@ class ModelGraph:
 
 
 def op_spec(anchor: AnchorOp) -> tuple[OpSpec | None, int]:
-    """Predictor spec of an anchor and its batch repeat; (None, 1) when it has none.
-
-    A matmul ``[.., M, K] x [K, N]`` is a dense layer when M is 1, else a 1x1 convolution over
-    M rows (what the H split cuts); a matmul of two activations (attention) has no spec.
-    """
-    desc = anchor.describe()
-    kind, shape_in, shape_out = desc["kind"], desc["in"], desc["out"]
-    if kind == "matmul":
-        weight = desc.get("weight", [])
-        if len(weight) != 2 or len(shape_in) < 2:
-            return None, 1
-        k, n = weight
-        rows = shape_out[-2]
-        repeat = math.prod(shape_out[:-2]) if len(shape_out) > 2 else 1
-        if rows == 1:
-            return OpSpec("dense", 1, 1, k, n), repeat
-        return OpSpec("conv2d", rows, 1, k, n), repeat
-    if kind == "conv2d_transpose":
-        a = anchor.call.attrs
-        nchw = a.data_layout == "NCHW" and a.kernel_layout == "IOHW"
-        return (transposed_spec(desc) if nchw else None), shape_in[0]
-    batch, channels, height, width = shape_in
-    common = {"H": height, "W": width, "SH": desc["strides"][0], "SW": desc["strides"][1],
-              "pad": tuple(desc["padding"]), "dilation": desc["dilation"][0]}
-    if kind in POOL_KINDS:
-        kh, kw = desc["pool_size"]
-        return OpSpec(POOL_KINDS[kind], IC=channels, OC=channels, KH=kh, KW=kw, **common), batch
-    oc, _, kh, kw = desc["weight"]
-    groups = desc["groups"]
-    spec = OpSpec(conv_kind(channels, oc, groups), IC=channels, OC=oc, KH=kh, KW=kw,
-                  groups=groups, **common)
-    return spec, batch
+    """Predictor spec of an anchor and its batch repeat (:func:`~.nodes.desc_spec`); (None,
+    1) when it has none, as a matmul of two activations."""
+    return desc_spec(anchor.describe())
 
 
 def _var_args(expr: relax.Expr) -> list[relax.Var]:
