@@ -23,6 +23,8 @@
 #     sizes (benchmarks/cpu_threads.py; after the bench stage in the same call, its bundle;
 #     else carry threads.tgz: tar czf .devcarry/threads.tgz -C BUILD bench-edge)
 #     -> $OUT/cpu-threads-edge.json
+#   bash benchmarks/run_edge_h100.sh drift  # a bench bundle's CPU-only model timed over minutes
+#     (benchmarks/cpu_drift.py, two processes) -> $OUT/cpu-drift-{1,2}.json
 #   bash benchmarks/run_edge_h100.sh bench [edge|full]  # -> $OUT/bench-{full,edge}.json
 #     (a variant build carried as bench-edge-TAG is timed too, in the same call:
 #     $OUT/bench-edge-TAG.json; the edge time is shared between the builds)
@@ -107,5 +109,12 @@ threads)  # benchmarks/cpu_threads.py on a bench bundle: bench.tgz's, where the 
   edge timeout $((S + 120)) python3 benchmarks/cpu_threads.py run /tmp/work/bench-edge \
     --threads "${THREADS:-16,15,14,12}" --rounds "${ROUNDS:-21}" --deadline-s "$S" \
     --models "${THREAD_MODELS:-}" -o "$OUT/cpu-threads-edge.json" 2>&1 | grep -v Warn | tail -60 ;;
-*) echo "stage: calib | oracle | options | checks | bench | threads" >&2; exit 1 ;;
+drift)  # benchmarks/cpu_drift.py: a bench bundle's CPU-only model over time, two processes
+  [ -d /tmp/work/bench-edge ] || [ -d /tmp/work/bench-full ] || tar xzf .devcarry/bench.tgz -C /tmp/work
+  B=$(ls -d /tmp/work/bench-edge /tmp/work/bench-full 2>/dev/null | head -1)
+  edge bash -c "python3 benchmarks/cpu_drift.py run $B --model ${DRIFT_MODEL:-posenet} \
+      -o $OUT/cpu-drift-1.json && python3 benchmarks/cpu_drift.py run $B \
+      --model ${DRIFT_MODEL:-posenet} --phases probe,alone,probe -o $OUT/cpu-drift-2.json" \
+    2>&1 | grep -v Warn ;;
+*) echo "stage: calib | oracle | options | checks | bench | threads | drift" >&2; exit 1 ;;
 esac
