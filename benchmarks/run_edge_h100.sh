@@ -23,6 +23,8 @@
 #     sizes (benchmarks/cpu_threads.py; after the bench stage in the same call, its bundle;
 #     else carry threads.tgz: tar czf .devcarry/threads.tgz -C BUILD bench-edge)
 #     -> $OUT/cpu-threads-edge.json
+#   bash benchmarks/run_edge_h100.sh interference  # codl's guarded plans, load-time against
+#     adaptive guard, while other processes take CPU cores -> $OUT/interference-edge.json
 #   bash benchmarks/run_edge_h100.sh drift  # a bench bundle's CPU-only model timed over minutes
 #     (benchmarks/cpu_drift.py, two processes) -> $OUT/cpu-drift-{1,2}.json
 #   bash benchmarks/run_edge_h100.sh bench [edge|full]  # -> $OUT/bench-{full,edge}.json
@@ -116,5 +118,16 @@ drift)  # benchmarks/cpu_drift.py: a bench bundle's CPU-only model over time, tw
       -o $OUT/cpu-drift-1.json && python3 benchmarks/cpu_drift.py run $B \
       --model ${DRIFT_MODEL:-posenet} --phases probe,alone,probe -o $OUT/cpu-drift-2.json" \
     2>&1 | grep -v Warn ;;
-*) echo "stage: calib | oracle | options | checks | bench | threads | drift" >&2; exit 1 ;;
+interference)  # benchmarks/interference.py: codl's guarded plans while 8 processes spin
+  # (carry interf.tgz: a bench-edge build's MODEL/{codl,gpu-only,cpu-only} folders)
+  tar xzf .devcarry/interf.tgz -C /tmp/work
+  B=/tmp/work/bench-edge M=${INTERF_MODELS:-yolo-v2,vgg-16}
+  for a in $B/*/codl $B/*/codl/alternatives/* $B/*/gpu-only $B/*/cpu-only; do
+    python3 -m codl_tvm.planner.bundle --warm "$a" &  # nvcc's kernels, all at once
+  done; wait
+  edge timeout 400 python3 benchmarks/interference.py run $B --models $M \
+    --hogs "${HOGS:-8}" --phase-s "${PHASE_S:-15}" -o "$OUT/interference-edge.json" 2>&1 \
+    | grep -v Warn | tail -40 ;;
+*) echo "stage: calib | oracle | options | checks | bench | threads | drift | interference" >&2
+   exit 1 ;;
 esac

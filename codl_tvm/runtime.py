@@ -174,14 +174,16 @@ def _flatten(value: Any) -> list[np.ndarray]:
 
 
 def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
-         choose: bool = True) -> Runner:
+         choose: bool = True, adapt: bool = False) -> Runner:
     """Load an artifact folder written by :meth:`codl_tvm.Executable.export`; ``params``
     replaces its weights (its own, or random ones where it was exported without).
 
     An artifact built with alternatives (``compile(..., guard=True)``: the plan's single
     processors and its candidates) is timed here against them, and the fastest is returned
     (:func:`fastest`; its ``choice`` says what was measured), unless ``choose`` is False or
-    ``params`` is given (the alternatives hold weights of their own)."""
+    ``params`` is given (the alternatives hold weights of their own). ``adapt``: keep
+    choosing call after call (:class:`~codl_tvm.adaptive_guard.AdaptiveRunner`, which keeps
+    the alternatives loaded), so a choice made for a free CPU does not outlive it."""
     path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text())
@@ -211,7 +213,12 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
         return runner
     runners = {"plan": runner}
     runners |= {a["name"]: load(path / a["dir"], choose=False) for a in alternatives}
-    return fastest(runners)
+    chosen = fastest(runners)
+    if not adapt:
+        return chosen
+    from .adaptive_guard import AdaptiveRunner  # numpy-free, runtime-only safe
+
+    return AdaptiveRunner(runners, chosen.choice)
 
 
 def fastest(runners: dict[str, Runner], rounds: int = GUARD_ROUNDS) -> Runner:
@@ -282,6 +289,15 @@ def guard_line(choice: dict[str, Any]) -> str:
     return f"guard: runs {choice['chosen']} ({ms[choice['chosen']]:.3f} ms; {others})"
 
 
+def adapt_line(summary: dict[str, Any]) -> str:
+    """One line of what an adaptive guard ran: ``guard: now plan (3 switches; calls: plan 18,
+    gpu-only 2; median ms: plan 11.3, gpu-only 14.0)``."""
+    calls = ", ".join(f"{n} {c}" for n, c in summary["calls"].items() if c)
+    ms = ", ".join(f"{n} {v:.3f}" for n, v in summary["latency_ms"].items())
+    return (f"guard: now {summary['running']} ({summary['switches']} switches; calls: {calls}; "
+            f"median ms: {ms})")
+
+
 def streams_line(manifest: dict[str, Any]) -> str | None:
     """Which stream functions a split artifact that calls them runs, and why: ``stream
     functions: native (built)``; None for an artifact that calls none."""
@@ -298,6 +314,8 @@ def run_and_report(runner: Runner, inputs: str | None, output: str | None, time:
     (.npz, model order), and the median latency when ``time``."""
     if runner.choice is not None:
         print(guard_line(runner.choice))
+    if hasattr(runner, "chooser"):
+        print("guard: keeps choosing (" + ", ".join(runner.runners) + ")")
     if line := streams_line(runner.manifest):
         print(line)
     if inputs:
@@ -314,6 +332,8 @@ def run_and_report(runner: Runner, inputs: str | None, output: str | None, time:
             np.savez(tmp, **dict(zip(names, outputs)))
     if time:
         print(f"median latency{where}: {runner.time(values, repeat=repeat) * 1e3:.3f} ms")
+        if hasattr(runner, "chooser"):
+            print(adapt_line(runner.chooser.summary()))
 
 
 if __name__ == "__main__":

@@ -114,6 +114,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="write outputs to this .npz, keyed by the model's output names")
     p.add_argument("--time", action="store_true", help="also print the median latency")
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--adapt", action="store_true",
+                   help="a guarded artifact keeps choosing its fastest alternative call after "
+                        "call (keeps them all loaded; codl_tvm.adaptive_guard)")
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -145,6 +148,8 @@ def _run_remote(args: argparse.Namespace) -> int:
 
 def _run_run(args: argparse.Namespace) -> int:
     if args.rpc or args.rpc_tracker:
+        if args.adapt:
+            raise ValueError("--adapt runs an artifact on this machine, not over RPC")
         _check_run_output(args)
         return _run_remote(args)
     return _run_here(args)
@@ -159,8 +164,8 @@ def _run_here(args: argparse.Namespace) -> int:
     from .. import runtime
 
     _check_run_output(args)
-    runtime.run_and_report(runtime.load(args.artifact), args.inputs, args.output, args.time,
-                           args.repeat)
+    runtime.run_and_report(runtime.load(args.artifact, adapt=args.adapt), args.inputs,
+                           args.output, args.time, args.repeat)
     return 0
 
 
@@ -200,6 +205,8 @@ def _add_bundle(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deadline-s", type=float, default=1e9)
     p.add_argument("--jobs", type=int, default=1, help="processes warming the CUDA kernels")
     p.add_argument("--models", help="comma-separated subset of the bundle's models")
+    p.add_argument("--adapt", action="store_true",
+                   help="guarded plans keep choosing their fastest alternative")
     # the warming processes of codl_tvm.planner.bundle.warm_artifacts
     p.add_argument("--warm", nargs="+", metavar="ARTIFACT", help=argparse.SUPPRESS)
 
@@ -213,7 +220,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
     if not args.bundle:
         raise ValueError("the bundle folder is required")
     bundle.run(args.bundle, args.output, args.rounds, args.deadline_s, args.jobs,
-               args.models.split(",") if args.models else None)
+               args.models.split(",") if args.models else None, adapt=args.adapt)
     return 0
 
 

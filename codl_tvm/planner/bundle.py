@@ -104,14 +104,17 @@ def build(out: str | Path, model: str, mod: Any, pair: Any, names: list[str], co
 
 
 def model_rows(root: Path, entry: dict[str, Any], rounds: int,
-               deadline_s: float | None = None) -> list[dict[str, Any]]:
-    """Time one model's distinct plans interleaved; rows for every plan name."""
+               deadline_s: float | None = None, adapt: bool = False) -> list[dict[str, Any]]:
+    """Time one model's distinct plans interleaved; rows for every plan name. ``adapt``: a
+    guarded plan keeps choosing (:mod:`codl_tvm.adaptive_guard`; its row's ``adaptive`` says
+    what it ran)."""
     from .. import runtime
 
     plans = entry["plans"]
     reps = {n: p.get("same_as", n) for n, p in plans.items()}
     unique = [n for n in reps if reps[n] == n]
-    runners = [runtime.load(root / n) for n in unique]  # a guarded plan: the fastest
+    # a guarded plan: the fastest of its alternatives
+    runners = [runtime.load(root / n, adapt=adapt) for n in unique]
     inputs = [r.random_inputs(0) for r in runners]
     timed = interleaved(runners, inputs, rounds=rounds, deadline_s=deadline_s)
     names = list(reps)
@@ -122,6 +125,8 @@ def model_rows(root: Path, entry: dict[str, Any], rounds: int,
         ideal = calibrated_ideal_us(entry["per_op_us"], lat["cpu-only"], lat["gpu-only"])
     pred = {n: plans[n]["predicted_ms"] * 1e3 for n in names}
     guards = {n: r.choice for n, r in zip(unique, runners) if r.choice is not None}
+    guards |= {n: g | {"adaptive": r.chooser.summary()} for n, r in zip(unique, runners)
+               if (g := guards.get(n)) and hasattr(r, "chooser")}
     extra = {n: {k: v for k, v in plans[n].items() if k.endswith("_mb")}
              | same_as(reps).get(n, {}) | ({"guard": guards[reps[n]]} if reps[n] in guards
                                             else {}) for n in names}
@@ -129,7 +134,8 @@ def model_rows(root: Path, entry: dict[str, Any], rounds: int,
 
 
 def run(root: str | Path, output: str | Path, rounds: int = 15, deadline_s: float = 1e9,
-        jobs: int = 1, models: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        jobs: int = 1, models: list[str] | None = None, adapt: bool = False
+        ) -> dict[str, list[dict[str, Any]]]:
     """Time every model of the bundle at ``root``; rows are written to ``output`` after each
     model (so a run cut short keeps what it measured)."""
     root = Path(root)
@@ -146,7 +152,7 @@ def run(root: str | Path, output: str | Path, rounds: int = 15, deadline_s: floa
         if left < 5:
             print(f"{model}: skipped, deadline reached", flush=True)
             continue
-        rows = model_rows(root / model, index[model], rounds, deadline_s=left)
+        rows = model_rows(root / model, index[model], rounds, deadline_s=left, adapt=adapt)
         results[model] = rows
         print(f"\n== {model}\n{format_rows(rows)}", flush=True)
         _write_json(Path(output), results)

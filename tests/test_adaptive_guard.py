@@ -1,0 +1,124 @@
+"""The adaptive guard: a guarded artifact keeps choosing its fastest alternative call after
+call (codl_tvm.adaptive_guard). The chooser's policy on recorded latencies; the runner on a real
+guarded cpu-pair artifact, in this process and through the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import conv, single_function
+from tvm.relax import op as rop
+
+import codl_tvm
+from codl_tvm import Plan, runtime
+from codl_tvm.adaptive_guard import AdaptiveRunner, Chooser, Policy
+from codl_tvm.cli import main as cli_main
+
+PAIR = codl_tvm.DevicePair.preset("cpu-pair")
+MS = 1e-3
+
+
+# ---- the policy ------------------------------------------------------------------------------
+def calls(chooser: Chooser, n: int, latency_s: dict[str, float]) -> list[str]:
+    """Run ``n`` calls, each taking its alternative's ``latency_s``; the names run."""
+    ran = []
+    for _ in range(n):
+        name = chooser.next()
+        chooser.record(name, latency_s[name])
+        ran.append(name)
+    return ran
+
+
+def test_it_runs_the_best_and_tries_near_ones_now_and_then():
+    c = Chooser({"plan": 10 * MS, "gpu-only": 12 * MS, "cpu-only": 30 * MS},
+                Policy(explore_every=8, refresh_every=1000))
+    ran = calls(c, 64, {"plan": 10 * MS, "gpu-only": 12 * MS, "cpu-only": 30 * MS})
+    assert ran.count("gpu-only") == 64 // 8  # near (within 1.3x): one call in eight
+    assert "cpu-only" not in ran  # 3x the best: only a refresh tries it
+    assert c.best == "plan" and c.switches_ == 0
+
+
+def test_a_slowed_plan_gives_way_within_a_few_calls_and_comes_back():
+    c = Chooser({"plan": 10 * MS, "gpu-only": 12 * MS, "cpu-only": 30 * MS},
+                Policy(window=5, explore_every=4, refresh_every=1000))
+    busy = {"plan": 16 * MS, "gpu-only": 12.5 * MS, "cpu-only": 60 * MS}  # the CPU taken
+    ran = calls(c, 12, busy)
+    assert ran[:3] == ["plan"] * 3  # the median of five moves after three slow calls
+    assert c.best == "gpu-only" and c.switches_ == 1
+    assert c.runs_["plan"] == 3 + 12 // 4  # then one call in four tries it again
+    free = {"plan": 10 * MS, "gpu-only": 12 * MS, "cpu-only": 30 * MS}
+    calls(c, 40, free)  # the plan, still near, is tried again and wins back
+    assert c.best == "plan" and c.switches_ == 2
+    assert c.summary()["running"] == "plan"
+
+
+def test_a_refresh_tries_every_alternative_in_turn():
+    c = Chooser({"plan": 10 * MS, "gpu-only": 20 * MS, "cpu-only": 30 * MS},
+                Policy(explore_every=1000, refresh_every=5))
+    ran = calls(c, 20, {"plan": 10 * MS, "gpu-only": 20 * MS, "cpu-only": 30 * MS})
+    assert ran.count("gpu-only") == ran.count("cpu-only") == 2
+    s = c.summary()
+    assert s["calls"] == {"plan": 16, "gpu-only": 2, "cpu-only": 2}
+    assert s["latency_ms"] == pytest.approx({"plan": 10, "gpu-only": 20, "cpu-only": 30})
+
+
+def test_a_chooser_needs_an_alternative():
+    with pytest.raises(ValueError, match="at least one"):
+        Chooser({})
+
+
+# ---- the runner, on a real guarded artifact --------------------------------------------------
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    rng = np.random.default_rng(0)
+
+    def body(bb, x):
+        x = conv(bb, x, rng, 8, 3, padding=(1, 1, 1, 1), bias=True)
+        return bb.emit(rop.nn.relu(x))
+
+    mod = codl_tvm.load_model(single_function((1, 3, 16, 16), body))
+    exe = codl_tvm.compile(mod, PAIR, Plan.uniform(mod, "H", 0.5), guard=True)
+    return exe, exe.export(tmp_path_factory.mktemp("guarded") / "art")
+
+
+def test_load_adapt_runs_the_alternatives_it_chooses(artifact):
+    exe, art = artifact
+    runner = runtime.load(art, adapt=True)
+    assert isinstance(runner, AdaptiveRunner)
+    ms = runner.choice["latency_ms"]
+    kept = {"gpu-only", "cpu-only"} | ({"plan"} if ms["plan"] <= 1.5 * min(ms.values()) else set())
+    assert set(runner.runners) == kept  # the singles always; the plan where it was near
+    assert runner.choice["chosen"] == runner.chooser.best  # starts where the guard chose
+    x = exe.random_inputs(seed=2)
+    ref = exe.run(x)[0]
+    for _ in range(3):
+        np.testing.assert_allclose(runner.run(x)[0], ref, rtol=1e-5, atol=1e-6)
+    assert runner.time(x, repeat=4) > 0
+    assert sum(runner.chooser.runs_.values()) == 3 + 4
+    assert runner.manifest == runner.current.manifest  # everything else: the running one
+
+
+def test_candidates_far_slower_at_load_are_released(artifact):
+    _, art = artifact
+    runners = {"plan": runtime.load(art, choose=False),
+               "gpu-only": runtime.load(art / "alternatives" / "gpu-only", choose=False),
+               "cpu-only": runtime.load(art / "alternatives" / "cpu-only", choose=False)}
+    runners["plan-cpu-x2"] = runners["plan"]
+    choice = {"chosen": "plan", "latency_ms": {"plan": 1.0, "plan-cpu-x2": 1.6,
+                                               "gpu-only": 5.0, "cpu-only": 6.0}}
+    runner = AdaptiveRunner(runners, choice, Policy(keep=1.5))
+    assert set(runner.runners) == {"plan", "gpu-only", "cpu-only"}  # the singles stay
+
+
+def test_cli_run_adapt_says_what_it_ran(artifact, capsys):
+    _, art = artifact
+    assert cli_main(["run", str(art), "--adapt", "--time", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "guard: keeps choosing (" in out and "gpu-only, cpu-only)" in out
+    assert "guard: now " in out and "switches" in out
+
+
+def test_cli_adapt_over_rpc_is_one_clear_error(artifact, capsys):
+    _, art = artifact
+    assert cli_main(["run", str(art), "--adapt", "--rpc", "127.0.0.1:9"]) == 1
+    assert "--adapt runs an artifact on this machine" in capsys.readouterr().err

@@ -1,0 +1,54 @@
+"""benchmarks/interference.py: a guarded plan beside CPU hogs, on real cpu-pair artifacts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import conv, load_benchmark, single_function
+
+import codl_tvm
+from codl_tvm import Plan
+
+interference = load_benchmark("interference")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """One model laid out as ``bench_models.py build --guard`` writes it: codl (guarded, its
+    alternatives inside) and gpu-only."""
+    rng = np.random.default_rng(0)
+    mod = codl_tvm.load_model(single_function(
+        (1, 3, 16, 16), lambda bb, x: conv(bb, x, rng, 8, 3, padding=(1, 1, 1, 1))))
+    pair = codl_tvm.DevicePair.preset("cpu-pair")
+    root = tmp_path_factory.mktemp("bundle")
+    codl_tvm.compile(mod, pair, Plan.uniform(mod, "H", 0.5), guard=True).export(
+        root / "tiny" / "codl", weights=False)
+    codl_tvm.compile(mod, pair, Plan.single(mod, "gpu")).export(
+        root / "tiny" / "gpu-only", weights=False)
+    return root
+
+
+def test_three_phases_with_hogs_in_the_middle(bundle, tmp_path, capsys):
+    out = tmp_path / "interference.json"
+    assert interference.main(["run", str(bundle), "--models", "tiny", "--hogs", "1",
+                              "--phase-s", "0.3", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    phases = doc["models"]["tiny"]["phases"]
+    assert [(p["phase"], p["hogs"]) for p in phases] == [
+        ("quiet", 0), ("busy", 1), ("quiet-again", 0)]
+    for p in phases:
+        assert p["rounds"] > 0 and set(p["median_ms"]) == set(interference.RUNNERS)
+        assert all(v > 0 for v in p["median_ms"].values())
+        assert sum(p["adaptive_runs"].values()) == p["rounds"]  # one call a round
+    table = interference.report(doc)
+    assert table.count("| tiny |") == 3
+    assert "| tiny | busy | 1 |" in capsys.readouterr().out
+
+
+def test_a_model_without_a_codl_artifact_is_one_clear_error(bundle, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        interference.main(["run", str(bundle), "--models", "nope", "-o", str(tmp_path / "x")])
+    assert "no codl artifact" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
