@@ -88,7 +88,8 @@ checks)  # verify_models.py build -o .devcarry/verify; split_determinism.py buil
 bench)  # $2: both (default), edge or full
   tar xzf .devcarry/bench.tgz -C /tmp/work
   ON=${2:-both}
-  BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14"
+  # ADAPT=1: guarded plans keep choosing call after call (codl_tvm.adaptive_guard)
+  BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14 ${ADAPT:+--adapt}"
   if [ "$ON" != edge ]; then
     timeout 280 $BENCH /tmp/work/bench-full -o "$OUT/bench-full.json" --deadline-s 250 \
       > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"

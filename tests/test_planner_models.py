@@ -203,6 +203,11 @@ def test_a_guarded_bench_bundle_runs_the_fastest_and_records_the_choice(measured
     assert set(guard["latency_ms"]) == {"plan", "gpu-only", "cpu-only"}
     assert guard["latency_ms"][guard["chosen"]] == min(guard["latency_ms"].values())
     assert "guard" not in by["gpu-only"]
+    # adapting: the row also says what the guard ran, call after call
+    rows = bundle.run(folder, tmp_path / "rows-adapt.json", rounds=3, adapt=True)["tiny-cnn"]
+    adaptive = {r["plan"]: r for r in rows}["eop-equal"]["guard"]["adaptive"]
+    assert adaptive["running"] in adaptive["calls"]
+    assert sum(adaptive["calls"].values()) == 1 + 3  # the warm-up visit and three rounds
 
 
 def test_bench_bundle_runner_names_a_missing_bundle(tmp_path):
