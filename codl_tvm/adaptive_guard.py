@@ -71,7 +71,7 @@ class Chooser:
 
     latency_s: Mapping[str, float]
     policy: Policy = field(default_factory=Policy)
-    calls: int = 0
+    calls_: int = field(init=False, default=0)
     recent_: dict[str, deque] = field(init=False)
     runs_: dict[str, int] = field(init=False)
     switches_: int = field(init=False, default=0)
@@ -103,13 +103,13 @@ class Chooser:
 
     def next(self) -> str:
         """The alternative the next call runs."""
-        self.calls += 1
+        self.calls_ += 1
         best = self.best
         others = [n for n in self.recent_ if n != best]
-        if others and self.calls % self.policy.refresh_every == 0:
+        if others and self.calls_ % self.policy.refresh_every == 0:
             return self._round_robin(others)
         near = [n for n in self._near if n != best]
-        if near and self.calls % self.policy.explore_every == 0:
+        if near and self.calls_ % self.policy.explore_every == 0:
             return self._round_robin(near)
         return best
 

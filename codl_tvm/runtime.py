@@ -29,6 +29,7 @@ import tvm
 import tvm.runtime.vm
 
 from . import streams  # registers the stream functions split artifacts call
+from .adaptive_guard import AdaptiveRunner
 from .opencl_runtime import enable_opencl
 from .opencl_runtime import plugin_path as opencl_plugin_path
 from .outputs import ARTIFACT_FORMAT, MANIFEST, atomic_file
@@ -214,11 +215,7 @@ def load(path: str | os.PathLike, params: dict[str, np.ndarray] | None = None,
     runners = {"plan": runner}
     runners |= {a["name"]: load(path / a["dir"], choose=False) for a in alternatives}
     chosen = fastest(runners)
-    if not adapt:
-        return chosen
-    from .adaptive_guard import AdaptiveRunner  # numpy-free, runtime-only safe
-
-    return AdaptiveRunner(runners, chosen.choice)
+    return AdaptiveRunner(runners, chosen.choice) if adapt else chosen
 
 
 def fastest(runners: dict[str, Runner], rounds: int = GUARD_ROUNDS) -> Runner:

@@ -124,9 +124,8 @@ def model_rows(root: Path, entry: dict[str, Any], rounds: int,
     if entry.get("per_op_us") and "cpu-only" in lat and "gpu-only" in lat:
         ideal = calibrated_ideal_us(entry["per_op_us"], lat["cpu-only"], lat["gpu-only"])
     pred = {n: plans[n]["predicted_ms"] * 1e3 for n in names}
-    guards = {n: r.choice for n, r in zip(unique, runners) if r.choice is not None}
-    guards |= {n: g | {"adaptive": r.chooser.summary()} for n, r in zip(unique, runners)
-               if (g := guards.get(n)) and hasattr(r, "chooser")}
+    guards = {n: r.choice | ({"adaptive": r.chooser.summary()} if hasattr(r, "chooser") else {})
+              for n, r in zip(unique, runners) if r.choice is not None}
     extra = {n: {k: v for k, v in plans[n].items() if k.endswith("_mb")}
              | same_as(reps).get(n, {}) | ({"guard": guards[reps[n]]} if reps[n] in guards
                                             else {}) for n in names}
