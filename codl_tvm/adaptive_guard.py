@@ -71,7 +71,6 @@ class Chooser:
 
     latency_s: Mapping[str, float]
     policy: Policy = field(default_factory=Policy)
-    calls_: int = field(init=False, default=0)
     recent_: dict[str, deque] = field(init=False)
     runs_: dict[str, int] = field(init=False)
     switches_: int = field(init=False, default=0)
@@ -103,13 +102,13 @@ class Chooser:
 
     def next(self) -> str:
         """The alternative the next call runs."""
-        self.calls_ += 1
+        call = sum(self.runs_.values()) + 1  # every call runs one alternative, then records
         best = self.best
         others = [n for n in self.recent_ if n != best]
-        if others and self.calls_ % self.policy.refresh_every == 0:
+        if others and call % self.policy.refresh_every == 0:
             return self._round_robin(others)
         near = [n for n in self._near if n != best]
-        if near and self.calls_ % self.policy.explore_every == 0:
+        if near and call % self.policy.explore_every == 0:
             return self._round_robin(near)
         return best
 
