@@ -126,7 +126,7 @@ interference)  # benchmarks/interference.py: codl's guarded plans while 8 proces
   for a in $B/*/codl $B/*/codl/alternatives/* $B/*/gpu-only $B/*/cpu-only; do
     python3 -m codl_tvm.planner.bundle --warm "$a" &  # nvcc's kernels, all at once
   done; wait
-  edge timeout 400 python3 benchmarks/interference.py run $B --models $M \
+  edge timeout "${INTERF_S:-400}" python3 benchmarks/interference.py run $B --models $M \
     --hogs "${HOGS:-8}" --phase-s "${PHASE_S:-15}" -o "$OUT/interference-edge.json" 2>&1 \
     | grep -v Warn | tail -40 ;;
 *) echo "stage: calib | oracle | options | checks | bench | threads | drift | interference" >&2

@@ -6,12 +6,18 @@ processors do not keep one speed: on the GPU machine the same CPU-only model ran
 a few minutes later (``benchmarks/BENCH.md``, "The CPU's speed drifts"), and on a phone other
 apps take cores. A split chosen for a free CPU then waits for its CPU part on every call.
 
-An :class:`AdaptiveRunner` keeps each alternative's recent latencies (seeded with what the
-load-time guard measured), runs the one whose median is lowest, and now and then runs another:
-one whose median is near the best's, and, more rarely, every one in turn. A slowed CPU raises
-the running plan's median within a few calls, past the GPU-only figure the guard measured,
-and the runner moves there; the calls that try the plan again bring it back when the CPU is
-free. Its :class:`Chooser` is plain Python and holds the policy; the runner only times calls.
+An :class:`AdaptiveRunner` runs the alternative it estimates fastest and now and then another.
+Other programs slow every alternative that computes on the CPU at once (on the GPU machine, 8
+spinning processes made codl's split plans 20-40x slower, all of them, and left GPU-only as it
+was: ``benchmarks/BENCH.md``, "The CPU taken by other programs"), so the estimate shares what
+is learnt: an alternative that uses the CPU takes its load-time figure times the CPU's
+slowdown (the median, over the last calls of any such alternative, of call time over that
+alternative's load-time figure) times its own bias (the median of its own calls' share of
+that); an alternative that leaves the CPU free (GPU-only beside a discrete GPU) is the median
+of its own last calls. A plan slowed by a busy CPU then gives way to GPU-only within a few
+calls without each of its candidates being tried in turn, and the calls that try a split again
+bring the splits back together when the CPU is free. Its :class:`Chooser` is plain Python and
+holds the policy; the runner only times calls.
 """
 
 from __future__ import annotations
@@ -31,15 +37,22 @@ class Policy:
     Attributes
     ----------
     window : int
-        Recent calls per alternative whose median is its latency (the load-time guard's
-        figure fills it at first).
+        Calls whose median is an estimate: of the CPU's slowdown, of an alternative's bias, of
+        a CPU-free alternative's latency (the load-time guard's figure fills them at first, so
+        one odd call does not outvote many rounds).
     explore_every : int
-        One call in this many runs another alternative that was near the best at load
-        (round robin).
+        Calls between two tries of another alternative that was near the best at load (round
+        robin), after a try that changed the estimate.
+    explore_max : int
+        The longest such interval: each try that finds what the estimate said doubles it, so a
+        CPU that stays busy is tried rarely (each try of a split then costs its slowed call).
     near : float
         How much slower than the load-time guard's pick an alternative may have been and
         still be tried that often (judged on the load-time figures, so the plan a busy CPU
         slowed is tried again, and comes back when the CPU is free).
+    margin : float
+        Another alternative replaces the running one only where it is estimated this share
+        faster (ties within the calls' noise do not flip the choice back and forth).
     refresh_every : int
         One call in this many runs any other alternative (round robin), so one measured slow
         once (CPU-only beside a fast GPU) is measured again now and then.
@@ -50,12 +63,19 @@ class Policy:
 
     window: int = 5
     explore_every: int = 16
+    explore_max: int = 64
     near: float = 1.3
+    margin: float = 0.03
     refresh_every: int = 512
     keep: float = 1.5
 
 
 SINGLES = ("gpu-only", "cpu-only")  # the guard's names of the single-processor builds
+RECOVERING = 1.25  # a try this much faster than the CPU's slowdown says: the CPU is freeing
+
+
+def _window(value: float, n: int) -> deque:
+    return deque([value] * n, maxlen=n)
 
 
 @dataclass
@@ -67,38 +87,59 @@ class Chooser:
     latency_s : Mapping[str, float]
         Each alternative's latency as the load-time guard measured it (seconds).
     policy : Policy
+    cpu_free : frozenset[str]
+        The alternatives that do not compute on the CPU (GPU-only beside a discrete GPU);
+        every other one shares the CPU's slowdown.
     """
 
     latency_s: Mapping[str, float]
     policy: Policy = field(default_factory=Policy)
+    cpu_free: frozenset[str] = frozenset()
     recent_: dict[str, deque] = field(init=False)
+    cpu_slowdown_: deque = field(init=False)
+    bias_: dict[str, deque] = field(init=False)
     runs_: dict[str, int] = field(init=False)
     switches_: int = field(init=False, default=0)
+    explore_interval_: int = field(init=False)
     _best: str = field(init=False)
     _turn: int = field(init=False, default=0)
+    _since_try: int = field(init=False, default=0)
+    _trying: str | None = field(init=False, default=None)
     _near: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.latency_s:
             raise ValueError("a chooser needs at least one alternative")
-        # the load-time figure fills the window: a median of many rounds, which one odd call
-        # should not outvote
         w = self.policy.window
-        self.recent_ = {n: deque([s] * w, maxlen=w) for n, s in self.latency_s.items()}
+        self.recent_ = {n: _window(s, w) for n, s in self.latency_s.items()}
+        self.cpu_slowdown_ = _window(1.0, w)
+        self.bias_ = {n: _window(1.0, w) for n in self.latency_s if n not in self.cpu_free}
         self.runs_ = dict.fromkeys(self.latency_s, 0)
+        self.explore_interval_ = self.policy.explore_every
         # near as measured at load: a plan a busy CPU slowed stays among the tried ones
         fastest = min(self.latency_s.values())
         self._near = [n for n, v in self.latency_s.items() if v <= self.policy.near * fastest]
-        self._best = self.best
+        self._best = min(self.latency_s, key=self.estimate_s)
+
+    def slowdown(self) -> float:
+        """The CPU's slowdown since load: the median of recent calls over their load-time
+        figures, over the alternatives that use the CPU."""
+        return statistics.median(self.cpu_slowdown_)
 
     def estimate_s(self, name: str) -> float:
-        """The median of ``name``'s recent latencies."""
-        return statistics.median(self.recent_[name])
+        """What a call of ``name`` would take now (seconds)."""
+        if name in self.cpu_free:
+            return statistics.median(self.recent_[name])
+        return self.latency_s[name] * self.slowdown() * statistics.median(self.bias_[name])
 
     @property
     def best(self) -> str:
-        """The alternative with the lowest median (the first named, on a tie)."""
-        return min(self.recent_, key=self.estimate_s)
+        """The alternative estimated fastest; the running one where another is not faster by
+        the policy's margin."""
+        fastest = min(self.recent_, key=self.estimate_s)
+        if self.estimate_s(fastest) < (1 - self.policy.margin) * self.estimate_s(self._best):
+            return fastest
+        return self._best
 
     def next(self) -> str:
         """The alternative the next call runs."""
@@ -108,22 +149,39 @@ class Chooser:
         if others and call % self.policy.refresh_every == 0:
             return self._round_robin(others)
         near = [n for n in self._near if n != best]
-        if near and call % self.policy.explore_every == 0:
-            return self._round_robin(near)
+        self._since_try += 1
+        if near and self._since_try >= self.explore_interval_:
+            self._since_try = 0
+            self._trying = self._round_robin(near)
+            return self._trying
         return best
 
     def record(self, name: str, seconds: float) -> None:
         """What a call of ``name`` took."""
         self.recent_[name].append(seconds)
         self.runs_[name] += 1
+        surprised = False
+        if name not in self.cpu_free:
+            before = self.slowdown()
+            ratio = seconds / self.latency_s[name]
+            self.cpu_slowdown_.append(ratio)
+            self.bias_[name].append(ratio / self.slowdown())
+            surprised = ratio * RECOVERING < before
         if (best := self.best) != self._best:
             self.switches_ += 1
             self._best = best
+            surprised = True
+        if name == self._trying:  # a try: back off while tries find what was expected
+            self._trying = None
+            self.explore_interval_ = (self.policy.explore_every if surprised else
+                                      min(2 * self.explore_interval_, self.policy.explore_max))
 
     def summary(self) -> dict[str, Any]:
-        """What a report shows: the alternative now run, each one's calls and median (ms)."""
+        """What a report shows: the alternative now run, each one's calls, each one's
+        estimate (ms) and the CPU's slowdown."""
         return {"running": self.best, "switches": self.switches_, "calls": dict(self.runs_),
-                "latency_ms": {n: 1e3 * self.estimate_s(n) for n in self.recent_}}
+                "latency_ms": {n: 1e3 * self.estimate_s(n) for n in self.recent_},
+                "cpu_slowdown": self.slowdown()}
 
     def _round_robin(self, names: list[str]) -> str:
         self._turn += 1
@@ -151,7 +209,11 @@ class AdaptiveRunner:
                 if n in SINGLES or ms[n] <= policy.keep * ms[choice["chosen"]]}
         self.runners = {n: runners[n] for n in kept}
         self.choice = choice
-        self.chooser = Chooser({n: v / 1e3 for n, v in kept.items()}, policy)
+        # a GPU-only build beside a GPU of its own leaves the CPU free; the cpu-pair's second
+        # llvm device computes on the same cores
+        free = frozenset(n for n in ("gpu-only",) if n in runners and
+                         runners[n].manifest["devices"][0][0] != "cpu")
+        self.chooser = Chooser({n: v / 1e3 for n, v in kept.items()}, policy, free)
 
     @property
     def current(self) -> Any:

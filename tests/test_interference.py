@@ -47,8 +47,15 @@ def test_three_phases_with_hogs_in_the_middle(bundle, tmp_path, capsys):
     assert "| tiny | busy | 1 |" in capsys.readouterr().out
 
 
-def test_a_model_without_a_codl_artifact_is_one_clear_error(bundle, tmp_path, capsys):
+def test_a_model_not_in_the_bundle_is_one_clear_error(bundle, tmp_path, capsys):
     with pytest.raises(SystemExit):
         interference.main(["run", str(bundle), "--models", "nope", "-o", str(tmp_path / "x")])
-    assert "no codl artifact" in capsys.readouterr().err
+    assert "no such model in the bundle" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_model_planned_on_one_processor_is_skipped(bundle, tmp_path, capsys):
+    (tmp_path / "b" / "single").mkdir(parents=True)  # codl's plan ran on one processor
+    assert interference.main(["run", str(tmp_path / "b"), "--models", "single",
+                              "-o", str(tmp_path / "x.json")]) == 0
+    assert "single: no codl artifact" in capsys.readouterr().out
