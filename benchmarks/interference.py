@@ -11,6 +11,7 @@ or other guests of a host), quiet again.
     python benchmarks/interference.py run /tmp/work/bench-edge --models yolo-v2,vgg-16 \
         --hogs 8 -o $OUT/interference-edge.json
     python benchmarks/interference.py report interference-edge.json
+    python benchmarks/interference.py replay interference-edge.json  # today's policy on it
 """
 
 from __future__ import annotations
@@ -102,6 +103,38 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def replay(doc: dict[str, Any], calls: tuple[int, int, int] = (100, 300, 300)) -> str:
+    """Today's adaptive policy on a run's figures: per model, each alternative at its
+    load-time figure in the quiet phases and, busy, the ones that use the CPU slowed as the
+    load-time guard's pick was (its busy median over its quiet one); what it runs."""
+    from codl_tvm.adaptive_guard import Chooser
+
+    out = ["| model | busy slowdown | busy: GPU-only from call | busy: split calls | "
+           "quiet again: its pick from call |", "|---|---:|---:|---:|---:|"]
+    for model, m in doc["models"].items():
+        load = {n: ms / 1e3 for n, ms in m["load_time_choice"]["latency_ms"].items()}
+        med = {p["phase"]: p["median_ms"]["load-time guard"] for p in m["phases"]}
+        slow = med["busy"] / med["quiet"]
+        busy = {n: s if n == "gpu-only" else slow * s for n, s in load.items()}
+        chooser = Chooser(load, cpu_free=frozenset({"gpu-only"}))
+        ran = [_calls(chooser, n, lat) for n, lat in zip(calls, (load, busy, load))]
+        pick = ran[0][-1]
+        back = next((i for i in range(len(ran[2])) if ran[2][i:i + 5] == [pick] * 5), None)
+        out.append(f"| {model} | {slow:.1f}x | {ran[1].index('gpu-only') + 1} | "
+                   f"{sum(n != 'gpu-only' for n in ran[1])} of {calls[1]} | "
+                   f"{'-' if back is None else back + 1} |")
+    return "\n".join(out)
+
+
+def _calls(chooser: Any, n: int, latency_s: dict[str, float]) -> list[str]:
+    ran = []
+    for _ in range(n):
+        name = chooser.next()
+        chooser.record(name, latency_s[name])
+        ran.append(name)
+    return ran
+
+
 def main(argv: list[str] | None = None) -> int:
     from codl_tvm.outputs import write_json
 
@@ -113,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--hogs", type=int, default=8, help="processes spinning in the busy phase")
     r.add_argument("--phase-s", type=float, default=15.0)
     r.add_argument("-o", "--output", type=Path, required=True)
-    p = sub.add_parser("report", help="markdown table of a run's JSON")
-    p.add_argument("result", type=Path)
+    for cmd, what in (("report", "markdown table of a run's JSON"),
+                      ("replay", "today's adaptive policy on a run's figures")):
+        sub.add_parser(cmd, help=what).add_argument("result", type=Path)
     args = ap.parse_args(argv)
-    if args.cmd == "report":
-        print(report(json.loads(args.result.read_text())))
+    if args.cmd in ("report", "replay"):
+        print((report if args.cmd == "report" else replay)(json.loads(args.result.read_text())))
         return 0
     doc: dict[str, Any] = {"hogs": args.hogs, "phase_s": args.phase_s, "models": {}}
     for model in args.models.split(","):

@@ -8,7 +8,7 @@ apps take cores. A split chosen for a free CPU then waits for its CPU part on ev
 
 An :class:`AdaptiveRunner` runs the alternative it estimates fastest and now and then another.
 Other programs slow every alternative that computes on the CPU at once (on the GPU machine, 8
-spinning processes made codl's split plans 20-40x slower, all of them, and left GPU-only as it
+spinning processes made codl's split plans 7-49x slower, all of them, and left GPU-only as it
 was: ``benchmarks/BENCH.md``, "The CPU taken by other programs"), so the estimate shares what
 is learnt: an alternative that uses the CPU takes its load-time figure times the CPU's
 slowdown (the median, over the last calls of any such alternative, of call time over that

@@ -59,3 +59,17 @@ def test_a_model_planned_on_one_processor_is_skipped(bundle, tmp_path, capsys):
     assert interference.main(["run", str(tmp_path / "b"), "--models", "single",
                               "-o", str(tmp_path / "x.json")]) == 0
     assert "single: no codl artifact" in capsys.readouterr().out
+
+
+def test_replay_runs_todays_policy_on_a_runs_figures():
+    quiet = {"load-time guard": 10.0, "adaptive guard": 10.0, "gpu-only": 12.0}
+    doc = {"models": {"m": {
+        "load_time_choice": {"chosen": "plan", "latency_ms": {
+            "plan": 10.0, "plan-step-0.25": 10.5, "gpu-only": 12.0, "cpu-only": 40.0}},
+        "phases": [{"phase": "quiet", "median_ms": quiet},
+                   {"phase": "busy", "median_ms": quiet | {"load-time guard": 200.0}},
+                   {"phase": "quiet-again", "median_ms": quiet}]}}}
+    row = interference.replay(doc).splitlines()[-1]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["m", "20.0x", "4"]  # three slowed calls, then GPU-only
+    assert int(cells[3].split()[0]) <= 10 and 0 < int(cells[4]) <= 100  # few tries; back
