@@ -117,22 +117,13 @@ def replay(doc: dict[str, Any], calls: tuple[int, int, int] = (100, 300, 300)) -
         slow = med["busy"] / med["quiet"]
         busy = {n: s if n == "gpu-only" else slow * s for n, s in load.items()}
         chooser = Chooser(load, cpu_free=frozenset({"gpu-only"}))
-        ran = [_calls(chooser, n, lat) for n, lat in zip(calls, (load, busy, load))]
+        ran = [chooser.replay(lat, n) for n, lat in zip(calls, (load, busy, load))]
         pick = ran[0][-1]
         back = next((i for i in range(len(ran[2])) if ran[2][i:i + 5] == [pick] * 5), None)
         out.append(f"| {model} | {slow:.1f}x | {ran[1].index('gpu-only') + 1} | "
                    f"{sum(n != 'gpu-only' for n in ran[1])} of {calls[1]} | "
                    f"{'-' if back is None else back + 1} |")
     return "\n".join(out)
-
-
-def _calls(chooser: Any, n: int, latency_s: dict[str, float]) -> list[str]:
-    ran = []
-    for _ in range(n):
-        name = chooser.next()
-        chooser.record(name, latency_s[name])
-        ran.append(name)
-    return ran
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,16 @@ class Chooser:
             self.explore_interval_ = (self.policy.explore_every if surprised else
                                       min(2 * self.explore_interval_, self.policy.explore_max))
 
+    def replay(self, latency_s: Mapping[str, float], calls: int) -> list[str]:
+        """Make ``calls`` choices, each call taking its alternative's ``latency_s``; the names
+        run (what this policy would do on recorded figures)."""
+        ran = []
+        for _ in range(calls):
+            name = self.next()
+            self.record(name, latency_s[name])
+            ran.append(name)
+        return ran
+
     def summary(self) -> dict[str, Any]:
         """What a report shows: the alternative now run, each one's calls, each one's
         estimate (ms) and the CPU's slowdown."""

@@ -21,12 +21,7 @@ MS = 1e-3
 # ---- the policy ------------------------------------------------------------------------------
 def calls(chooser: Chooser, n: int, latency_s: dict[str, float]) -> list[str]:
     """Run ``n`` calls, each taking its alternative's ``latency_s``; the names run."""
-    ran = []
-    for _ in range(n):
-        name = chooser.next()
-        chooser.record(name, latency_s[name])
-        ran.append(name)
-    return ran
+    return chooser.replay(latency_s, n)
 
 
 FREE = frozenset({"gpu-only"})  # GPU-only beside a discrete GPU leaves the CPU free
