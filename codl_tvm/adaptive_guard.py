@@ -111,7 +111,8 @@ class Chooser:
         if not self.latency_s:
             raise ValueError("a chooser needs at least one alternative")
         w = self.policy.window
-        self.recent_ = {n: _window(s, w) for n, s in self.latency_s.items()}
+        # a CPU-free alternative's own calls; the others' come in through slowdown and bias
+        self.recent_ = {n: _window(s, w) for n, s in self.latency_s.items() if n in self.cpu_free}
         self.cpu_slowdown_ = _window(1.0, w)
         self.bias_ = {n: _window(1.0, w) for n in self.latency_s if n not in self.cpu_free}
         self.runs_ = dict.fromkeys(self.latency_s, 0)
@@ -136,7 +137,7 @@ class Chooser:
     def best(self) -> str:
         """The alternative estimated fastest; the running one where another is not faster by
         the policy's margin."""
-        fastest = min(self.recent_, key=self.estimate_s)
+        fastest = min(self.latency_s, key=self.estimate_s)
         if self.estimate_s(fastest) < (1 - self.policy.margin) * self.estimate_s(self._best):
             return fastest
         return self._best
@@ -145,7 +146,7 @@ class Chooser:
         """The alternative the next call runs."""
         call = sum(self.runs_.values()) + 1  # every call runs one alternative, then records
         best = self.best
-        others = [n for n in self.recent_ if n != best]
+        others = [n for n in self.latency_s if n != best]
         if others and call % self.policy.refresh_every == 0:
             return self._round_robin(others)
         near = [n for n in self._near if n != best]
@@ -158,10 +159,11 @@ class Chooser:
 
     def record(self, name: str, seconds: float) -> None:
         """What a call of ``name`` took."""
-        self.recent_[name].append(seconds)
         self.runs_[name] += 1
         surprised = False
-        if name not in self.cpu_free:
+        if name in self.cpu_free:
+            self.recent_[name].append(seconds)
+        else:
             before = self.slowdown()
             ratio = seconds / self.latency_s[name]
             self.cpu_slowdown_.append(ratio)
@@ -190,7 +192,7 @@ class Chooser:
         """What a report shows: the alternative now run, each one's calls, each one's
         estimate (ms) and the CPU's slowdown."""
         return {"running": self.best, "switches": self.switches_, "calls": dict(self.runs_),
-                "latency_ms": {n: 1e3 * self.estimate_s(n) for n in self.recent_},
+                "latency_ms": {n: 1e3 * self.estimate_s(n) for n in self.latency_s},
                 "cpu_slowdown": self.slowdown()}
 
     def _round_robin(self, names: list[str]) -> str:
@@ -221,8 +223,9 @@ class AdaptiveRunner:
         self.choice = choice
         # a GPU-only build beside a GPU of its own leaves the CPU free; the cpu-pair's second
         # llvm device computes on the same cores
-        free = frozenset(n for n in ("gpu-only",) if n in runners and
-                         runners[n].manifest["devices"][0][0] != "cpu")
+        gpu_only = runners.get("gpu-only")
+        free = frozenset({"gpu-only"} if gpu_only and gpu_only.manifest["devices"][0][0] != "cpu"
+                         else ())
         self.chooser = Chooser({n: v / 1e3 for n, v in kept.items()}, policy, free)
 
     @property
