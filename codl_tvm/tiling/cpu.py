@@ -46,10 +46,23 @@ def gemm_wins(c: Conv, t: Simd, always: bool | None = None) -> bool:
     return always
 
 
-def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
-    """(mr, nv): OC rows and pixel SIMD vectors of the register tile."""
+# pixel vectors of the register tile with 16 vector registers (``cpu_gemm_rows``): 2 vectors
+# leave room for 6 rows, 12 accumulators, where 3 leave 3 rows, 9 (MLAS's AVX2 SGEMM kernel is
+# the same 6 x 16 tile); MobileNet-V2 CPU-only 1.06-1.12x on a 2-core AVX2 host (KERNELS.md).
+# With 32 registers 3 vectors keep 27 accumulators; 2 would add one.
+NARROW_VECS = 2
+
+
+def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None) -> tuple[int, int]:
+    """(mr, nv): OC rows and pixel SIMD vectors of the register tile.
+
+    ``rows``: ``KernelVariants.cpu_gemm_rows`` (None: the schedules' current variants; the
+    predictor passes its own)."""
+    if rows is None:
+        rows = _variants.current_variants().cpu_gemm_rows
     pixels = c.n * c.oh * c.ow
-    nv = max(1, min(MAX_VECS, math.ceil(pixels / t.lanes)))
+    most = NARROW_VECS if rows and t.vector_regs < 32 else MAX_VECS
+    nv = max(1, min(most, math.ceil(pixels / t.lanes)))
     budget = max(1, (t.vector_regs - nv - 2) // nv)
     # the mr that pads OC least, the largest on a tie: min over (padded OC, -mr), as a loop
     # (the predictor runs this on every prediction; a key function costs a call per row)
@@ -63,9 +76,9 @@ def gemm_tiles(c: Conv, t: Simd) -> tuple[int, int]:
     return mr, nv
 
 
-def gemm_tasks(c: Conv, t: Simd) -> int:
+def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None) -> int:
     """Parallel (pixel tile, OC block) tasks."""
-    mr, nv = gemm_tiles(c, t)
+    mr, nv = gemm_tiles(c, t, rows)
     return c.n * math.ceil(c.oh * c.ow / (nv * t.lanes)) * math.ceil(c.oc / mr)
 
 

@@ -20,7 +20,7 @@ from .gpu_tiles import variant_names
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
-               "cpu_depthwise_blocks")
+               "cpu_depthwise_blocks", "cpu_gemm_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,11 @@ class KernelVariants:
         output rows of one channel (:func:`codl_tvm.tiling.depthwise_rows`), pads the input
         rows it reads and runs the epilogue on its rows while they are in its cache; off: one
         row per task, the input padded and the epilogue run in passes of their own.
+    cpu_gemm_rows : bool
+        On (the default): on a CPU of 16 vector registers (AVX2, SSE) the 1x1 GEMM's register
+        tile is 2 pixel vectors by up to 6 output channels, 12 accumulators
+        (:func:`codl_tvm.tiling.gemm_tiles`); off: up to 3 vectors by 3 channels, 9
+        accumulators. CPUs of 32 registers (AVX-512, NEON) keep 3 vectors either way.
     """
 
     gpu_conv: str = "tiled"
@@ -78,6 +83,7 @@ class KernelVariants:
     cpu_prepack: bool = True
     cpu_fast_math: bool = True
     cpu_depthwise_blocks: bool = True
+    cpu_gemm_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -154,7 +160,8 @@ _BOOLS = {"on": True, "1": True, "true": True, "yes": True,
           "off": False, "0": False, "false": False, "no": False}  # fmt: skip
 DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
-BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False}
+BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
+                          "cpu_gemm_rows": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
