@@ -38,7 +38,8 @@ def _spin() -> None:
 
 def run_model(model_dir: Path, hogs: int, phase_s: float) -> dict[str, Any]:
     """Each phase's per-call latencies (ms) of the three runners, and what the adaptive
-    guard ran in it."""
+    guard ran in it: call by call, each call's alternative, milliseconds and the cores the host
+    showed other programs taking (``adaptive_calls``)."""
     from codl_tvm import runtime
 
     runners = {"load-time guard": runtime.load(model_dir / "codl"),
@@ -56,12 +57,16 @@ def run_model(model_dir: Path, hogs: int, phase_s: float) -> dict[str, Any]:
             p.start()
         before = dict(adaptive.chooser.runs_)
         ms: dict[str, list[float]] = {n: [] for n in runners}
+        calls: list[tuple[str, float, float | None]] = []  # the adaptive guard's, in order
         start, k = time.perf_counter(), 0
         try:
             while time.perf_counter() - start < phase_s:
                 names = list(runners)
                 for n in names[k % 3:] + names[:k % 3]:
                     ms[n].append(1e3 * runners[n].time(inputs[n], repeat=1))
+                    if n == "adaptive guard":
+                        calls.append((adaptive.chooser.last_, round(ms[n][-1], 3),
+                                      adaptive.cpu_load.last_cores))
                 k += 1
         finally:
             for p in procs:
@@ -71,7 +76,8 @@ def run_model(model_dir: Path, hogs: int, phase_s: float) -> dict[str, Any]:
         doc["phases"].append({"phase": phase, "hogs": len(procs), "rounds": k,
                               "median_ms": {n: float(np.median(v)) for n, v in ms.items()},
                               "mean_ms": {n: float(np.mean(v)) for n, v in ms.items()},
-                              "adaptive_runs": runs, "adaptive_after": adaptive.chooser.summary()})
+                              "adaptive_runs": runs, "adaptive_after": adaptive.chooser.summary(),
+                              "adaptive_calls": calls})
         print(line(doc["phases"][-1]), flush=True)
     return doc
 
@@ -106,7 +112,8 @@ def report(doc: dict[str, Any]) -> str:
 def replay(doc: dict[str, Any], calls: tuple[int, int, int] = (100, 300, 300)) -> str:
     """Today's adaptive policy on a run's figures: per model, each alternative at its
     load-time figure in the quiet phases and, busy, the ones that use the CPU slowed as the
-    load-time guard's pick was (its busy median over its quiet one); what it runs."""
+    load-time guard's pick was (its busy median over its quiet one), the host showing the
+    run's spinning processes as cores taken by others; what it runs."""
     from codl_tvm.adaptive_guard import Chooser
 
     out = ["| model | busy slowdown | busy: GPU-only from call | busy: split calls | "
@@ -117,7 +124,8 @@ def replay(doc: dict[str, Any], calls: tuple[int, int, int] = (100, 300, 300)) -
         slow = med["busy"] / med["quiet"]
         busy = {n: s if n == "gpu-only" else slow * s for n, s in load.items()}
         chooser = Chooser(load, cpu_free=frozenset({"gpu-only"}))
-        ran = [chooser.replay(lat, n) for n, lat in zip(calls, (load, busy, load))]
+        others = (0.0, float(doc.get("hogs", 8)), 0.0)
+        ran = [chooser.replay(lat, n, o) for n, lat, o in zip(calls, (load, busy, load), others)]
         pick = ran[0][-1]
         back = next((i for i in range(len(ran[2])) if ran[2][i:i + 5] == [pick] * 5), None)
         out.append(f"| {model} | {slow:.1f}x | {ran[1].index('gpu-only') + 1} | "

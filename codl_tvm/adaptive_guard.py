@@ -17,7 +17,12 @@ that); an alternative that leaves the CPU free (GPU-only beside a discrete GPU) 
 of its own last calls. A plan slowed by a busy CPU then gives way to GPU-only within a few
 calls without each of its candidates being tried in turn, and the calls that try a split again
 bring the splits back together when the CPU is free. Its :class:`Chooser` is plain Python and
-holds the policy; the runner only times calls.
+holds the policy; the runner only times calls and says, before each, how many cores other
+programs took (:class:`codl_tvm.cpu_load.CpuLoad`, from ``/proc``). The CPU's slowdown is
+learnt apart for a CPU that others take and for one they leave, so a split gives way after one
+slow call when other programs take the CPU, comes back on the first call after they leave it,
+and gives way at once the next time they take it; slow calls that the host's counts do not
+explain still move the guard, after a few of them.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .cpu_load import CpuLoad
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,10 @@ class Policy:
     keep : float
         Candidates the load-time guard measured more than this factor slower than its pick
         are released (the single processors always stay: they are the guard's floor).
+    taken_cores : float
+        Other programs taking at least this many cores make the CPU *taken*: its slowdown is
+        then judged on the calls made while it was taken (a core's worth: a parallel CPU
+        kernel waits for its slowest worker, and one worker sharing its core is enough).
     """
 
     window: int = 5
@@ -68,10 +79,12 @@ class Policy:
     margin: float = 0.03
     refresh_every: int = 512
     keep: float = 1.5
+    taken_cores: float = 1.0
 
 
 SINGLES = ("gpu-only", "cpu-only")  # the guard's names of the single-processor builds
 RECOVERING = 1.25  # a try this much faster than the CPU's slowdown says: the CPU is freeing
+FREE, TAKEN = "free", "taken"  # the CPU as the host's counts show it (Policy.taken_cores)
 
 
 def _window(value: float, n: int) -> deque:
@@ -96,16 +109,18 @@ class Chooser:
     policy: Policy = field(default_factory=Policy)
     cpu_free: frozenset[str] = frozenset()
     recent_: dict[str, deque] = field(init=False)
-    cpu_slowdown_: deque = field(init=False)
+    cpu_slowdown_: dict[str, deque] = field(init=False)
     bias_: dict[str, deque] = field(init=False)
     runs_: dict[str, int] = field(init=False)
     switches_: int = field(init=False, default=0)
+    last_: str | None = field(init=False, default=None)  # the alternative the last call ran
     explore_interval_: int = field(init=False)
     _best: str = field(init=False)
     _turn: int = field(init=False, default=0)
     _since_try: int = field(init=False, default=0)
     _trying: str | None = field(init=False, default=None)
     _near: list[str] = field(init=False)
+    _cpu: str = field(init=False, default=FREE)
 
     def __post_init__(self) -> None:
         if not self.latency_s:
@@ -113,7 +128,8 @@ class Chooser:
         w = self.policy.window
         # a CPU-free alternative's own calls; the others' come in through slowdown and bias
         self.recent_ = {n: _window(s, w) for n, s in self.latency_s.items() if n in self.cpu_free}
-        self.cpu_slowdown_ = _window(1.0, w)
+        # the load-time figures are a free CPU's; nothing is known yet of a taken one
+        self.cpu_slowdown_ = {FREE: _window(1.0, w), TAKEN: deque(maxlen=w)}
         self.bias_ = {n: _window(1.0, w) for n in self.latency_s if n not in self.cpu_free}
         self.runs_ = dict.fromkeys(self.latency_s, 0)
         self.explore_interval_ = self.policy.explore_every
@@ -122,10 +138,18 @@ class Chooser:
         self._near = [n for n, v in self.latency_s.items() if v <= self.policy.near * fastest]
         self._best = min(self.latency_s, key=self.estimate_s)
 
+    def observe(self, others_cores: float | None) -> None:
+        """How many cores other programs took before the next call (None: not known, the
+        calls alone judge)."""
+        taken = others_cores is not None and others_cores >= self.policy.taken_cores
+        self._cpu = TAKEN if taken else FREE
+
     def slowdown(self) -> float:
         """The CPU's slowdown since load: the median of recent calls over their load-time
-        figures, over the alternatives that use the CPU."""
-        return statistics.median(self.cpu_slowdown_)
+        figures, over the alternatives that use the CPU, made while the CPU was as it is now
+        (free or taken by other programs); none yet: the other state's."""
+        calls = self.cpu_slowdown_[self._cpu] or self.cpu_slowdown_[FREE]
+        return statistics.median(calls)
 
     def estimate_s(self, name: str) -> float:
         """What a call of ``name`` would take now (seconds)."""
@@ -160,13 +184,14 @@ class Chooser:
     def record(self, name: str, seconds: float) -> None:
         """What a call of ``name`` took."""
         self.runs_[name] += 1
+        self.last_ = name
         surprised = False
         if name in self.cpu_free:
             self.recent_[name].append(seconds)
         else:
             before = self.slowdown()
             ratio = seconds / self.latency_s[name]
-            self.cpu_slowdown_.append(ratio)
+            self.cpu_slowdown_[self._cpu].append(ratio)
             self.bias_[name].append(ratio / self.slowdown())
             surprised = ratio * RECOVERING < before
         if (best := self.best) != self._best:
@@ -178,11 +203,14 @@ class Chooser:
             self.explore_interval_ = (self.policy.explore_every if surprised else
                                       min(2 * self.explore_interval_, self.policy.explore_max))
 
-    def replay(self, latency_s: Mapping[str, float], calls: int) -> list[str]:
-        """Make ``calls`` choices, each call taking its alternative's ``latency_s``; the names
-        run (what this policy would do on recorded figures)."""
+    def replay(self, latency_s: Mapping[str, float], calls: int,
+               others_cores: float | None = None) -> list[str]:
+        """Make ``calls`` choices, each call taking its alternative's ``latency_s`` while other
+        programs take ``others_cores``; the names run (what this policy would do on recorded
+        figures)."""
         ran = []
         for _ in range(calls):
+            self.observe(others_cores)
             name = self.next()
             self.record(name, latency_s[name])
             ran.append(name)
@@ -190,10 +218,12 @@ class Chooser:
 
     def summary(self) -> dict[str, Any]:
         """What a report shows: the alternative now run, each one's calls, each one's
-        estimate (ms) and the CPU's slowdown."""
+        estimate (ms), the CPU's state and its slowdown in each."""
+        taken = self.cpu_slowdown_[TAKEN]
         return {"running": self.best, "switches": self.switches_, "calls": dict(self.runs_),
                 "latency_ms": {n: 1e3 * self.estimate_s(n) for n in self.latency_s},
-                "cpu_slowdown": self.slowdown()}
+                "cpu": self._cpu, "cpu_slowdown": self.slowdown(),
+                "cpu_slowdown_taken": statistics.median(taken) if taken else None}
 
     def _round_robin(self, names: list[str]) -> str:
         self._turn += 1
@@ -227,6 +257,7 @@ class AdaptiveRunner:
         free = frozenset({"gpu-only"} if gpu_only and gpu_only.manifest["devices"][0][0] != "cpu"
                          else ())
         self.chooser = Chooser({n: v / 1e3 for n, v in kept.items()}, policy, free)
+        self.cpu_load = CpuLoad()
 
     @property
     def current(self) -> Any:
@@ -235,6 +266,7 @@ class AdaptiveRunner:
 
     def run(self, inputs: dict[str, Any]) -> list[Any]:
         """Run once on the chosen alternative; outputs as numpy arrays in model order."""
+        self.chooser.observe(self.cpu_load.others_cores())
         name = self.chooser.next()
         start = time.perf_counter()
         outputs = self.runners[name].run(inputs)
@@ -247,6 +279,7 @@ class AdaptiveRunner:
         timed)."""
         times = []
         for _ in range(repeat):
+            self.chooser.observe(self.cpu_load.others_cores())
             name = self.chooser.next()
             seconds = self.runners[name].time(inputs, repeat=1, number=number)
             self.chooser.record(name, seconds)
@@ -254,6 +287,6 @@ class AdaptiveRunner:
         return statistics.median(times)
 
     def __getattr__(self, name: str) -> Any:
-        if name in {"runners", "choice", "chooser"}:  # not set yet: no recursion
+        if name in {"runners", "choice", "chooser", "cpu_load"}:  # not set yet: no recursion
             raise AttributeError(name)
         return getattr(self.current, name)

@@ -93,6 +93,43 @@ def test_a_refresh_tries_every_alternative_in_turn():
     assert s["cpu_slowdown"] == pytest.approx(1)
 
 
+POSENET_LOAD = {"plan": 20.7, "plan-cpu-x1.25": 18.9, "plan-cpu-x1.5625": 19.0,
+                "plan-step-0.25": 20.6, "gpu-only": 20.4, "cpu-only": 71.5}
+
+
+def test_where_the_host_says_others_take_the_cpu_one_slow_call_is_enough():
+    """With the host's counts (8 processes spinning: 8 cores taken), the slowdown of a taken
+    CPU is learnt apart: one slow call moves the guard to GPU-only, the first call after the
+    others leave runs the split again, and the next time they take the CPU the guard runs
+    GPU-only at once. Without the counts (None) it takes three slow calls and three fast
+    tries, as in the test above."""
+    load = {n: v * MS for n, v in POSENET_LOAD.items()}
+    busy = {n: v if n == "gpu-only" else 23 * v for n, v in load.items()}
+    c = Chooser(load, Policy(), FREE)
+    pick = calls(c, 20, load)[-1]
+    ran = c.replay(busy, 100, others_cores=8.0)
+    assert ran[0] == pick and ran[1:].count("gpu-only") >= 97  # one slow call, a try or two
+    assert c.summary()["cpu"] == "taken" and c.summary()["cpu_slowdown_taken"] == pytest.approx(23)
+    ran = c.replay(load, 50, others_cores=0.0)
+    assert ran[0] == pick and ran.count("gpu-only") <= 1  # back on the first call
+    ran = c.replay(busy, 50, others_cores=8.0)
+    assert ran[0] == "gpu-only" and ran.count("gpu-only") >= 48  # learnt: at once
+    blind = Chooser(load, Policy(), FREE)
+    calls(blind, 20, load)
+    assert blind.replay(busy, 100, others_cores=None)[:3] == [pick] * 3
+
+
+def test_slow_calls_the_host_does_not_explain_still_move_the_guard():
+    """The host shows no other program, yet the split slows (its own process, a thermal
+    limit): three slow calls, then GPU-only, as without the counts."""
+    load = {n: v * MS for n, v in POSENET_LOAD.items()}
+    c = Chooser(load, Policy(), FREE)
+    pick = calls(c, 20, load)[-1]
+    slowed = {n: v if n == "gpu-only" else 2 * v for n, v in load.items()}
+    ran = c.replay(slowed, 30, others_cores=0.0)
+    assert ran[:3] == [pick] * 3 and ran[3] == "gpu-only"
+
+
 def test_a_chooser_needs_an_alternative():
     with pytest.raises(ValueError, match="at least one"):
         Chooser({})
