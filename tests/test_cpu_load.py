@@ -44,9 +44,12 @@ def test_others_are_the_host_busy_time_minus_this_process(tmp_path):
     now[0] += 1.0  # a second: the host busy 3 cores' worth, 1 of them this process (+ steal)
     write(tmp_path, 2 * ticks, ticks // 2, ticks // 2, ticks // 2, ticks // 2)
     assert load.others_cores() == pytest.approx(2.0)
-    now[0] += 0.05  # too soon after: the span still reaches back to the first sample
+    now[0] += 0.01  # sooner than a tenth of the span: not read again
+    write(tmp_path, 9 * ticks, 0, 0, 0, 0)
+    assert load.others_cores() == pytest.approx(2.0)
+    now[0] += 0.05  # read; the span still reaches back to the first sample
     write(tmp_path, 2 * ticks, ticks // 2, ticks // 2, ticks // 2, ticks // 2)
-    assert load.others_cores() == pytest.approx(2.0 / 1.05)
+    assert load.others_cores() == pytest.approx(2.0 / 1.06)
 
 
 def test_no_proc_is_not_known(tmp_path):
