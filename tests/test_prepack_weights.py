@@ -90,8 +90,8 @@ def test_kernels_read_weights_packed_at_compile_time(ic, oc):
         assert not packed[algorithm] & WEIGHT_PASSES, algorithm
         assert per_call[algorithm] & WEIGHT_PASSES, algorithm
     shapes = [tuple(p["shape"]) for p in exes["packed"].manifest["params"]]
-    if ic >= 64:  # Winograd's U: [OC / ocb, IC, 16, ocb]
-        assert any(len(s) == 4 and s[1:3] == (ic, 16) for s in shapes)
+    if ic >= 64:  # Winograd's U in panels: [16, OC / ocb, IC, ocb]
+        assert any(len(s) == 4 and s[0] == 16 and s[2] == ic for s in shapes)
     assert not any(s == (oc, ic, 3, 3) for s in shapes)  # no raw 3x3 weight is left
 
 

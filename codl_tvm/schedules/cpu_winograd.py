@@ -2,7 +2,7 @@
 
 Stages (all ``te``, one PrimFunc): pad the input to whole 4x4 tiles (the conv's padding,
 asymmetric or not, included), input transform ``V = B^T d B`` to ``[N, 16, IC, P]``, weight
-transform ``U = G g G^T`` to ``[OC/ocb, IC, 16, ocb]``, 16 batched GEMMs
+transform ``U = G g G^T`` to ``[16, OC/ocb, IC, ocb]``, 16 batched GEMMs
 ``M[e] = U[e] x V[e]`` with a ``pt x ocb`` register tile (``pt`` tiles broadcast, ``ocb`` =
 1-2 SIMD vectors of channels, as in the direct kernel), output transform ``Y = A^T M A``,
 and the unpack to NCHW (where a fused epilogue is inlined). F(2,3) needs 2.25x fewer
@@ -96,9 +96,24 @@ def _select(index, exprs: list[tirx.PrimExpr]) -> tirx.PrimExpr:
     return out
 
 
+def panels() -> bool:
+    """Whether ``U`` is stored as panels (``KernelVariants.cpu_winograd_panels``): a GEMM
+    task's ``IC x ocb`` block of one transform element contiguous, ``[16, OC/ocb, IC, ocb]``.
+    Off: ``[OC/ocb, IC, 16, ocb]``, whose 16 elements interleave, so a task reads one cache
+    line per 1 KiB (``ocb`` 16) and four per 4 KiB page, too few for the hardware prefetchers,
+    which stop at page boundaries."""
+    return tiling.current_variants().cpu_winograd_panels
+
+
+def u_shape(c: Conv2DInfo, ocb: int, panel: bool) -> tuple[int, int, int, int]:
+    ocp = math.ceil(c.oc / ocb)
+    return (16, ocp, c.ic, ocb) if panel else (ocp, c.ic, 16, ocb)
+
+
 def winograd_compute(c: Conv2DInfo, t: TargetInfo):
     """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild`, the weight transform apart
     (:class:`~.prepack.WeightPacked`)."""
+    panel = panels()
     ocb, pt = wino_tiles(c, t)
     th, tw = tiles(c)
     ntiles = th * tw
@@ -107,7 +122,8 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
     zero = tirx.const(0.0, "float32")
 
     def pack(w: te.Tensor) -> te.Tensor:
-        def u_body(o, k, e, i):
+        def u_body(*idx):
+            e, o, k, i = idx if panel else (idx[2], idx[0], idx[1], idx[3])
             oc = o * ocb + i
 
             def load(r, s):
@@ -116,7 +132,7 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
             exprs = [_combine(G, G, a, b, load) for a in range(4) for b in range(4)]
             return tirx.if_then_else(oc < c.oc, _select(e, exprs), zero)
 
-        return te.compute((ocp, c.ic, 16, ocb), u_body, name="codl_wino_u")
+        return te.compute(u_shape(c, ocb, panel), u_body, name="codl_wino_u")
 
     def body(x: te.Tensor, u: te.Tensor) -> te.Tensor:
         xp = padded_input(c, x, M_TILE * th + 2, M_TILE * tw + 2)
@@ -135,7 +151,8 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
         rk = te.reduce_axis((0, c.ic), name="rk")
         m = te.compute(
             (c.n, 16, ocp, pp, ocb),
-            lambda n, e, o, p, i: te.sum(u[o, rk, e, i] * v[n, e, rk, p], axis=[rk]),
+            lambda n, e, o, p, i: te.sum(
+                (u[e, o, rk, i] if panel else u[o, rk, e, i]) * v[n, e, rk, p], axis=[rk]),
             name="codl_wino_gemm",
         )
 
@@ -185,8 +202,10 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     sch.storage_align(sch.get_sblock("codl_wino_v"), 0, axis=1, factor=V_PLANE_ALIGN_FLOATS,
                       offset=V_PLANE_SKEW_FLOATS)  # fmt: skip
     if has_block(sch, "codl_wino_u"):  # not in the version that reads a transformed weight
-        # read each 3x3 filter once, contiguously; the 16 results go to lanes of 16 vectors
-        _transform(sch, "codl_wino_u", order=(0, 1, 3, 2), n_par=2, unroll=(2,), vec=None)
+        # read each 3x3 filter once, contiguously; the 16 results (e) go to lanes of 16
+        # vectors: loops (o, k, i, e) whatever the layout
+        order, e = ((1, 2, 3, 0), 0) if panels() else ((0, 1, 3, 2), 2)
+        _transform(sch, "codl_wino_u", order=order, n_par=2, unroll=(e,), vec=None)
     _transform(sch, "codl_wino_y", order=(0, 1, 2, 3, 4, 5), n_par=3, unroll=(3, 4), vec=5)
     _outer_parallel(sch, "codl_pad")
     unpack_by_block(sch, "codl_unpack", ocb)

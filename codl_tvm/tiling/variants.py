@@ -20,7 +20,7 @@ from .gpu_tiles import variant_names
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
-               "cpu_depthwise_blocks", "cpu_gemm_rows")
+               "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,11 @@ class KernelVariants:
         tile is 2 pixel vectors by up to 6 output channels, 12 accumulators
         (:func:`codl_tvm.tiling.gemm_tiles`); off: up to 3 vectors by 3 channels, 9
         accumulators. CPUs of 32 registers (AVX-512, NEON) keep 3 vectors either way.
+    cpu_winograd_panels : bool
+        On (the default): the CPU Winograd kernel stores its transformed weight as one
+        contiguous ``IC x ocb`` panel per transform element and output-channel block, the
+        slice one GEMM task streams (:func:`codl_tvm.schedules.cpu_winograd.panels`); off:
+        the 16 transform elements interleaved, so a task reads one cache line per KiB.
     """
 
     gpu_conv: str = "tiled"
@@ -84,6 +89,7 @@ class KernelVariants:
     cpu_fast_math: bool = True
     cpu_depthwise_blocks: bool = True
     cpu_gemm_rows: bool = True
+    cpu_winograd_panels: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -161,7 +167,7 @@ _BOOLS = {"on": True, "1": True, "true": True, "yes": True,
 DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
-                          "cpu_gemm_rows": False}
+                          "cpu_gemm_rows": False, "cpu_winograd_panels": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
