@@ -50,7 +50,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_depthwise_blocks=on|off (off: the CPU's depthwise conv runs one "
                         "row per task, its padding and epilogue in passes of their own), "
                         "cpu_gemm_rows=on|off (off: with 16 vector registers the CPU 1x1 "
-                        "GEMM keeps 3x3 accumulators, not 6x2); "
+                        "GEMM keeps 3x3 accumulators, not 6x2), "
+                        "cpu_winograd_panels=on|off (off: the CPU Winograd's transformed weight "
+                        "interleaves its 16 elements instead of one panel per task); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "
