@@ -1,6 +1,7 @@
-"""The CPU Winograd kernel's transformed weight in panels (``KernelVariants.cpu_winograd_panels``):
-``U`` is ``[16, OC/ocb, IC, ocb]``, so a GEMM task streams one contiguous ``IC x ocb`` block,
-where the old ``[OC/ocb, IC, 16, ocb]`` gave it one cache line per KiB. Both layouts equal the
+"""The CPU Winograd kernel's operands in panels (``KernelVariants.cpu_winograd_panels``):
+what one GEMM task reads is contiguous, the transformed weight ``U`` as
+``[16, OC/ocb, IC, ocb]`` (the old ``[OC/ocb, IC, 16, ocb]`` gave a task one cache line per
+KiB) and the transformed input ``V`` as ``[N, 16, P/pt, IC, pt]``. Both layouts equal the
 unscheduled PrimFunc on awkward shapes (one output row or column, OC that no SIMD block
 divides, asymmetric padding), per-call and packed at compile time, whole and split."""
 

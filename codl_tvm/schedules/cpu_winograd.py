@@ -1,10 +1,10 @@
 """CPU 3x3 stride-1 conv2d by Winograd F(2x2, 3x3), output channels in SIMD lanes.
 
 Stages (all ``te``, one PrimFunc): pad the input to whole 4x4 tiles (the conv's padding,
-asymmetric or not, included), input transform ``V = B^T d B`` to ``[N, 16, IC, P]``, weight
-transform ``U = G g G^T`` to ``[16, OC/ocb, IC, ocb]``, 16 batched GEMMs
-``M[e] = U[e] x V[e]`` with a ``pt x ocb`` register tile (``pt`` tiles broadcast, ``ocb`` =
-1-2 SIMD vectors of channels, as in the direct kernel), output transform ``Y = A^T M A``,
+asymmetric or not, included), input transform ``V = B^T d B`` and weight transform
+``U = G g G^T`` (both in panels, :func:`panels`), 16 batched GEMMs ``M[e] = U[e] x V[e]``
+with a ``pt x ocb`` register tile (``pt`` tiles broadcast, ``ocb`` = 1-2 SIMD vectors of
+channels, as in the direct kernel), output transform ``Y = A^T M A``,
 and the unpack to NCHW (where a fused epilogue is inlined). F(2,3) needs 2.25x fewer
 multiplies than direct; F(4,3) would need 4x fewer but its float32 error exceeds 1e-5 on
 large IC, the project's tolerance.
@@ -97,17 +97,24 @@ def _select(index, exprs: list[tirx.PrimExpr]) -> tirx.PrimExpr:
 
 
 def panels() -> bool:
-    """Whether ``U`` is stored as panels (``KernelVariants.cpu_winograd_panels``): a GEMM
-    task's ``IC x ocb`` block of one transform element contiguous, ``[16, OC/ocb, IC, ocb]``.
-    Off: ``[OC/ocb, IC, 16, ocb]``, whose 16 elements interleave, so a task reads one cache
-    line per 1 KiB (``ocb`` 16) and four per 4 KiB page, too few for the hardware prefetchers,
-    which stop at page boundaries."""
+    """Whether ``U`` and ``V`` are stored as panels (``KernelVariants.cpu_winograd_panels``):
+    what one GEMM task reads of them contiguous, ``U`` as ``[16, OC/ocb, IC, ocb]`` and ``V``
+    as ``[N, 16, P/pt, IC, pt]``. Off: ``U`` as ``[OC/ocb, IC, 16, ocb]``, whose 16 elements
+    interleave, so a task reads one cache line per 1 KiB (``ocb`` 16) and four per 4 KiB
+    page, too few for the hardware prefetchers, which stop at page boundaries; ``V`` as
+    ``[N, 16, IC, P]``, ``pt`` of every ``P`` floats."""
     return tiling.current_variants().cpu_winograd_panels
 
 
 def u_shape(c: Conv2DInfo, ocb: int, panel: bool) -> tuple[int, int, int, int]:
     ocp = math.ceil(c.oc / ocb)
     return (16, ocp, c.ic, ocb) if panel else (ocp, c.ic, 16, ocb)
+
+
+def v_shape(c: Conv2DInfo, pt: int, pp: int, panel: bool) -> tuple[int, ...]:
+    """``V``: in panels ``[N, 16, P/pt, IC, pt]``, a task's ``IC x pt`` tiles contiguous;
+    else ``[N, 16, IC, P]``, ``pt`` floats per ``P``-float row."""
+    return (c.n, 16, pp // pt, c.ic, pt) if panel else (c.n, 16, c.ic, pp)
 
 
 def winograd_compute(c: Conv2DInfo, t: TargetInfo):
@@ -137,7 +144,8 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
     def body(x: te.Tensor, u: te.Tensor) -> te.Tensor:
         xp = padded_input(c, x, M_TILE * th + 2, M_TILE * tw + 2)
 
-        def v_body(n, e, k, p):
+        def v_body(*idx):
+            n, e, k, p = (idx[0], idx[1], idx[3], idx[2] * pt + idx[4]) if panel else idx
             ty, tx = p // tw, p % tw
 
             def load(r, s):
@@ -146,13 +154,14 @@ def winograd_compute(c: Conv2DInfo, t: TargetInfo):
             exprs = [_combine(BT, BT, a, b, load) for a in range(4) for b in range(4)]
             return tirx.if_then_else(p < ntiles, _select(e, exprs), zero)
 
-        v = te.compute((c.n, 16, c.ic, pp), v_body, name="codl_wino_v")
+        v = te.compute(v_shape(c, pt, pp, panel), v_body, name="codl_wino_v")
 
         rk = te.reduce_axis((0, c.ic), name="rk")
         m = te.compute(
             (c.n, 16, ocp, pp, ocb),
             lambda n, e, o, p, i: te.sum(
-                (u[e, o, rk, i] if panel else u[o, rk, e, i]) * v[n, e, rk, p], axis=[rk]),
+                (u[e, o, rk, i] if panel else u[o, rk, e, i])
+                * (v[n, e, p // pt, rk, p % pt] if panel else v[n, e, rk, p]), axis=[rk]),
             name="codl_wino_gemm",
         )
 
@@ -194,7 +203,9 @@ def schedule_winograd(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) ->
     sch.decompose_reduction(gemm, k)
     sch.vectorize(sch.get_loops(sch.get_sblock("codl_wino_gemm_init"))[-1])
     sch.vectorize(sch.get_loops(acc)[-1])
-    _transform(sch, "codl_wino_v", order=(0, 2, 3, 1), n_par=2, unroll=(1,), vec=None)
+    # loops (n, IC, tiles..., e) whatever the layout; e, the Select index, unrolled
+    order = (0, 3, 2, 4, 1) if panels() else (0, 2, 3, 1)
+    _transform(sch, "codl_wino_v", order=order, n_par=2, unroll=(1,), vec=None)
     # The input transform stores a tile's 16 values one V plane (IC x P' floats) apart. A
     # plane that is a multiple of the L1's set span (4 KiB) put all 16 lines in one 12-way
     # set, so every store missed: parts 1.5x slower than their neighbours on the H100 host

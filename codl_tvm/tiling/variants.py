@@ -73,10 +73,11 @@ class KernelVariants:
         (:func:`codl_tvm.tiling.gemm_tiles`); off: up to 3 vectors by 3 channels, 9
         accumulators. CPUs of 32 registers (AVX-512, NEON) keep 3 vectors either way.
     cpu_winograd_panels : bool
-        On (the default): the CPU Winograd kernel stores its transformed weight as one
-        contiguous ``IC x ocb`` panel per transform element and output-channel block, the
-        slice one GEMM task streams (:func:`codl_tvm.schedules.cpu_winograd.panels`); off:
-        the 16 transform elements interleaved, so a task reads one cache line per KiB.
+        On (the default): the CPU Winograd kernel stores its transformed weight and input
+        as panels, what one GEMM task streams contiguous (an ``IC x ocb`` weight block of
+        one transform element, the ``IC x pt`` tiles it multiplies;
+        :func:`codl_tvm.schedules.cpu_winograd.panels`); off: the weight's 16 transform
+        elements interleaved, so a task reads one cache line per KiB of it.
     """
 
     gpu_conv: str = "tiled"
