@@ -89,7 +89,9 @@ bench)  # $2: both (default), edge or full
   tar xzf .devcarry/bench.tgz -C /tmp/work
   ON=${2:-both}
   # ADAPT=1: guarded plans keep choosing call after call (codl_tvm.adaptive_guard)
-  BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14 ${ADAPT:+--adapt}"
+  # BENCH_MODELS: a comma-separated subset of the bundle's models (a shorter call)
+  BENCH="python3 -m codl_tvm.planner.bundle --rounds ${ROUNDS:-7} --jobs 14 ${ADAPT:+--adapt}
+    ${BENCH_MODELS:+--models $BENCH_MODELS}"
   if [ "$ON" != edge ]; then
     timeout 280 $BENCH /tmp/work/bench-full -o "$OUT/bench-full.json" --deadline-s 250 \
       > "$OUT/bench-full.log" 2>&1 || echo "bench-full: see bench-full.log"
