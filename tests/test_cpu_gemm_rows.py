@@ -37,17 +37,17 @@ def pointwise(ic: int, oc: int, h: int, w: int) -> ConvShape:
 def test_sixteen_registers_get_six_rows_of_two_vectors():
     avx2: Simd = Regs(8, 16)
     c = pointwise(96, 576, 14, 14)
-    assert tiling.gemm_tiles(c, avx2, rows=True) == (6, 2)  # 12 accumulators
-    assert tiling.gemm_tiles(c, avx2, rows=False) == (3, 3)  # 9
+    assert tiling.gemm_tiles(c, avx2, rows=True, fit=False) == (6, 2)  # 12 accumulators
+    assert tiling.gemm_tiles(c, avx2, rows=False, fit=False) == (3, 3)  # 9
     odd = pointwise(960, 160, 7, 7)  # 160 = 5 x 32: the least padding is 5 rows, none
-    assert tiling.gemm_tiles(odd, avx2, rows=True) == (5, 2)
+    assert tiling.gemm_tiles(odd, avx2, rows=True, fit=False) == (5, 2)
 
 
 def test_thirty_two_registers_keep_three_vectors():
     avx512: Simd = Regs(16, 32)
     c = pointwise(96, 576, 14, 14)
     assert tiling.gemm_tiles(c, avx512, rows=True) == tiling.gemm_tiles(c, avx512, rows=False)
-    assert tiling.gemm_tiles(c, avx512)[1] == 3
+    assert tiling.gemm_tiles(c, avx512, fit=False)[1] == 3
 
 
 def test_the_schedule_follows_the_variant():

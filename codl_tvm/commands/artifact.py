@@ -52,7 +52,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_gemm_rows=on|off (off: with 16 vector registers the CPU 1x1 "
                         "GEMM keeps 3x3 accumulators, not 6x2), "
                         "cpu_winograd_panels=on|off (off: the CPU Winograd's transformed weight "
-                        "interleaves its 16 elements instead of one panel per task); "
+                        "interleaves its 16 elements instead of one panel per task), "
+                        "cpu_gemm_fit=on|off (off: the CPU 1x1 GEMM's tile takes as many pixel "
+                        "vectors as the pixels fill, however badly they fill its tiles); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

@@ -182,7 +182,7 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     per task fitted to 0 beside the panel loads and is left out; so did a per-task cost
     beside the panel fetches.)"""
     c = conv_shape(s)
-    mr, nv = tiling.gemm_tiles(c, m, m.variants.cpu_gemm_rows)
+    mr, nv = tiling.gemm_tiles(c, m, m.variants.cpu_gemm_rows, m.variants.cpu_gemm_fit)
     np_ = nv * m.lanes
     pp, ocp = _cdiv(s.out_h * s.out_w, np_), _cdiv(s.OC, mr)
     waves = _cdiv(pp * ocp, m.cores)

@@ -53,16 +53,38 @@ def gemm_wins(c: Conv, t: Simd, always: bool | None = None) -> bool:
 NARROW_VECS = 2
 
 
-def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None) -> tuple[int, int]:
+# a tile of fewer pixel vectors is taken where the image's pixels fill its tiles better; it
+# must save more than this share of the lanes the best-filling tile computes, as fewer
+# vectors load more weight broadcasts per FMA
+PIXEL_TAIL_SLACK = 1 / 8
+
+
+def fitted_vecs(pixels: int, lanes: int, most: int) -> int:
+    """Pixel vectors per register tile, up to ``most``: the most whose tiles compute at most
+    :data:`PIXEL_TAIL_SLACK` more lanes than the tile that computes fewest (7 x 7 pixels on 16
+    lanes: 3 vectors compute 96 lanes, 2 compute 64; 14 x 14: 240, 224 and 208)."""
+    computed = {nv: math.ceil(pixels / (nv * lanes)) * nv * lanes for nv in range(1, most + 1)}
+    least = min(computed.values())
+    return max(nv for nv, lanes_done in computed.items()
+               if lanes_done <= least * (1 + PIXEL_TAIL_SLACK))
+
+
+def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None,
+               fit: bool | None = None) -> tuple[int, int]:
     """(mr, nv): OC rows and pixel SIMD vectors of the register tile.
 
-    ``rows``: ``KernelVariants.cpu_gemm_rows`` (None: the schedules' current variants; the
-    predictor passes its own)."""
-    if rows is None:
-        rows = _variants.current_variants().cpu_gemm_rows
+    ``rows``, ``fit``: ``KernelVariants.cpu_gemm_rows`` and ``cpu_gemm_fit`` (None: the
+    schedules' current variants; the predictor passes its own). ``fit``: the pixel vectors
+    that fill the image's tiles (:func:`fitted_vecs`); else as many as the pixels fill, up to
+    the most."""
+    current = _variants.current_variants()
+    rows = current.cpu_gemm_rows if rows is None else rows
+    fit = current.cpu_gemm_fit if fit is None else fit
     pixels = c.n * c.oh * c.ow
     most = NARROW_VECS if rows and t.vector_regs < 32 else MAX_VECS
     nv = max(1, min(most, math.ceil(pixels / t.lanes)))
+    if fit:  # a task's tile never spans two images: the tail is per image
+        nv = fitted_vecs(c.oh * c.ow, t.lanes, nv)
     budget = max(1, (t.vector_regs - nv - 2) // nv)
     # the mr that pads OC least, the largest on a tie: min over (padded OC, -mr), as a loop
     # (the predictor runs this on every prediction; a key function costs a call per row)
@@ -76,9 +98,9 @@ def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None) -> tuple[int, int]:
     return mr, nv
 
 
-def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None) -> int:
+def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None) -> int:
     """Parallel (pixel tile, OC block) tasks."""
-    mr, nv = gemm_tiles(c, t, rows)
+    mr, nv = gemm_tiles(c, t, rows, fit)
     return c.n * math.ceil(c.oh * c.ow / (nv * t.lanes)) * math.ceil(c.oc / mr)
 
 

@@ -20,7 +20,7 @@ from .gpu_tiles import variant_names
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
-               "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels")
+               "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,11 @@ class KernelVariants:
         one transform element, the ``IC x pt`` tiles it multiplies;
         :func:`codl_tvm.schedules.cpu_winograd.panels`); off: the weight's 16 transform
         elements interleaved, so a task reads one cache line per KiB of it.
+    cpu_gemm_fit : bool
+        On (the default): the 1x1 GEMM's register tile takes fewer pixel vectors where the
+        image's pixels fill those tiles better (:func:`codl_tvm.tiling.fitted_vecs`: 7 x 7
+        pixels on AVX-512 compute 64 lanes in tiles of 2 vectors, not 96 in tiles of 3); off:
+        as many vectors as the pixels fill, up to the most.
     """
 
     gpu_conv: str = "tiled"
@@ -91,6 +96,7 @@ class KernelVariants:
     cpu_depthwise_blocks: bool = True
     cpu_gemm_rows: bool = True
     cpu_winograd_panels: bool = True
+    cpu_gemm_fit: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -168,7 +174,8 @@ _BOOLS = {"on": True, "1": True, "true": True, "yes": True,
 DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
-                          "cpu_gemm_rows": False, "cpu_winograd_panels": False}
+                          "cpu_gemm_rows": False, "cpu_winograd_panels": False,
+                          "cpu_gemm_fit": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
