@@ -10,8 +10,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-KEY = ("model", "processor", "machine", "anchor")
-GROUP = KEY[:3]  # one model on one processor of one machine: measured together
+# one model on one processor of one machine at one thread count: measured together
+GROUP = ("model", "processor", "machine", "threads")
+KEY = (*GROUP, "anchor")
 
 
 def merge(path: str, rows: list[dict]) -> list[dict]:

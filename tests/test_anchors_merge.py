@@ -8,9 +8,9 @@ import json
 from tests.helpers import load_benchmark
 
 
-def _row(model, anchor, ms, machine="m1", processor="cpu"):
-    return {"model": model, "processor": processor, "machine": machine, "anchor": anchor,
-            "codl_ms": ms, "anchor_ms": 1.0}
+def _row(model, anchor, ms, machine="m1", processor="cpu", threads=2):
+    return {"model": model, "processor": processor, "machine": machine, "threads": threads,
+            "anchor": anchor, "codl_ms": ms, "anchor_ms": 1.0}
 
 
 def test_a_new_measurement_replaces_its_group_and_keeps_the_rest(tmp_path):
@@ -24,10 +24,21 @@ def test_a_new_measurement_replaces_its_group_and_keeps_the_rest(tmp_path):
     anchors.merge(str(path), [_row("bert", "onnxruntime", 7.0),
                               _row("bert", "codl[cpu_fast_math=off]", 7.0)])
     rows = {(r["model"], r["processor"], r["machine"], r["anchor"]): r["codl_ms"]
-            for r in json.loads(path.read_text())["rows"]}
+            for r in json.loads(path.read_text())["rows"] if r["threads"] == 2}
     assert rows == {("bert", "cpu", "m1", "onnxruntime"): 7.0,
                     ("bert", "cpu", "m1", "codl[cpu_fast_math=off]"): 7.0,
                     ("bert", "cpu", "m2", "onnxruntime"): 5.0,
                     ("bert", "gpu", "m1", "torch-cudagraph"): 2.0,
                     ("resnet", "cpu", "m1", "onnxruntime"): 3.0}
     assert [p.name for p in tmp_path.iterdir()] == ["anchors.json"]  # no temporary left
+
+
+def test_rows_of_another_thread_count_are_kept_beside(tmp_path):
+    """One machine timed at 16 and at 4 threads: two groups, neither replaces the other."""
+    anchors = load_benchmark("anchors_rows")
+    path = tmp_path / "anchors.json"
+    anchors.merge(str(path), [_row("mobilenet", "onnxruntime", 2.8, threads=16)])
+    anchors.merge(str(path), [_row("mobilenet", "onnxruntime", 5.3, threads=4)])
+    anchors.merge(str(path), [_row("mobilenet", "onnxruntime", 2.7, threads=16)])
+    rows = {r["threads"]: r["codl_ms"] for r in json.loads(path.read_text())["rows"]}
+    assert rows == {16: 2.7, 4: 5.3}
