@@ -54,7 +54,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_winograd_panels=on|off (off: the CPU Winograd's transformed weight "
                         "interleaves its 16 elements instead of one panel per task), "
                         "cpu_gemm_fit=on|off (off: the CPU 1x1 GEMM's tile takes as many pixel "
-                        "vectors as the pixels fill, however badly they fill its tiles); "
+                        "vectors as the pixels fill, however badly they fill its tiles), "
+                        "cpu_matmul_rows=on|off (off: with 16 vector registers the CPU's packed "
+                        "matmul keeps 4x4 accumulators, not 6x2); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

@@ -18,6 +18,10 @@ from .target_info import TargetInfo
 
 PANEL_VECTORS = (4, 2)  # packed matmul: weight panel widths tried, in SIMD vectors (16 or 8
 # accumulators with 4 rows; benchmarks/cpu_gemm_variants.py)
+# ... with 16 vector registers (AVX2, SSE; ``cpu_matmul_rows``): 4 x 4 accumulators left no
+# register for the panel's loads and the row's broadcast, so panels of 2 vectors by 6 rows
+# (12 accumulators, the tile of MLAS's AVX2 SGEMM kernel and of the 1x1 GEMM's cpu_gemm_rows)
+NARROW_PANEL_VECTORS, NARROW_PANEL_ROWS = (2,), 6
 
 
 def grouped_compute(c: Conv2DInfo, t: TargetInfo):
@@ -278,7 +282,18 @@ def packed_panel(m: int, n: int, t: TargetInfo) -> int:
     much as the product), and N must be whole panels of two or four vectors."""
     if tiling.current_variants().cpu_matmul != "packed" or m <= tiling.GEMV_MAX_ROWS:
         return 0
-    return next((v * t.lanes for v in PANEL_VECTORS if n % (v * t.lanes) == 0), 0)
+    widths = NARROW_PANEL_VECTORS if _narrow(t) else PANEL_VECTORS
+    return next((v * t.lanes for v in widths if n % (v * t.lanes) == 0), 0)
+
+
+def packed_rows(m: int, t: TargetInfo) -> int:
+    """Rows of the packed kernel's register tile: 4, or 6 on 16 registers (``_narrow``)."""
+    return min(m, NARROW_PANEL_ROWS if _narrow(t) else 4)
+
+
+def _narrow(t: TargetInfo) -> bool:
+    """The packed matmul's tile for 16 vector registers (``KernelVariants.cpu_matmul_rows``)."""
+    return t.vector_regs < 32 and tiling.current_variants().cpu_matmul_rows
 
 
 def _schedule_packed(sch: Schedule, m: int, n: int, nr: int, t: TargetInfo, rule: str,
@@ -287,7 +302,7 @@ def _schedule_packed(sch: Schedule, m: int, n: int, nr: int, t: TargetInfo, rule
     constant, :mod:`.prepack`, else inside the kernel); each task a tile of
     ``mi`` rows x ``nr`` columns over all of K, its accumulators in registers (the streamed
     kernel keeps a task's accumulator in memory)."""
-    mi, _, _ = matmul_tiles(m, n, t)
+    mi = packed_rows(m, t)
     blk = sch.get_sblock("codl_mm_main")
     if has_block(sch, "codl_wpack"):  # not in the version that reads packed panels
         *outer, cols = sch.get_loops(sch.get_sblock("codl_wpack"))

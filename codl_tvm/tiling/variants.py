@@ -20,7 +20,8 @@ from .gpu_tiles import variant_names
 CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
-               "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit")
+               "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
+               "cpu_matmul_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,12 @@ class KernelVariants:
         image's pixels fill those tiles better (:func:`codl_tvm.tiling.fitted_vecs`: 7 x 7
         pixels on AVX-512 compute 64 lanes in tiles of 2 vectors, not 96 in tiles of 3); off:
         as many vectors as the pixels fill, up to the most.
+    cpu_matmul_rows : bool
+        On (the default): on a CPU of 16 vector registers (AVX2, SSE) the packed matmul's
+        register tile is 6 rows by a panel of 2 vectors, 12 accumulators
+        (:func:`codl_tvm.schedules.cpu_rules.packed_rows`); off: 4 rows by 4 vectors where N
+        allows, 16 accumulators and no register left for loads. CPUs of 32 registers keep
+        4 by 4 either way.
     """
 
     gpu_conv: str = "tiled"
@@ -97,6 +104,7 @@ class KernelVariants:
     cpu_gemm_rows: bool = True
     cpu_winograd_panels: bool = True
     cpu_gemm_fit: bool = True
+    cpu_matmul_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -175,7 +183,7 @@ DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
-                          "cpu_gemm_fit": False}
+                          "cpu_gemm_fit": False, "cpu_matmul_rows": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
