@@ -202,11 +202,8 @@ def reason(e: Exception) -> str:
 
 
 def run_model(folder: Path, args: argparse.Namespace, gpu: bool) -> list[dict]:
-    meta = json.loads((folder / "meta.json").read_text())
-    model, lits = meta["model"], np.load(folder / "literals.npz")
-    sources = {k: v for k, v in am.draw(meta["sources"], meta["seed"]).items()
-               if v.size >= am.MIN_SIZE}
-    inputs = am.make_inputs(meta["inputs"], args.seed)
+    meta, lits, sources, inputs = am.seeded(folder, args.seed)
+    model = meta["model"]
     eng, skip = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -43,29 +43,6 @@ def median_ms(fn: Callable[[], Any], runs: int = 60) -> float:
     return 1e3 * float(np.median(times))
 
 
-def vm_calls(runner: Any, main: Callable[[], Any]) -> dict[str, dict[str, Any]]:
-    """Each VM call's microseconds and count per run, and its arguments' shapes."""
-    spent: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    started: dict[str, float] = {}
-    shapes: dict[str, list] = {}
-
-    def instrument(_func, name, before, _ret, *args):
-        if before:
-            shapes.setdefault(name, [list(a.shape) for a in args if hasattr(a, "shape")])
-            started[name] = time.perf_counter()
-        else:
-            spent[name] += time.perf_counter() - started[name]
-            calls[name] += 1
-        return 0
-
-    runner.vm.set_instrument(instrument)
-    for _ in range(RUNS):
-        main()
-    return {n: {"us": 1e6 * s / RUNS, "calls": calls[n] // RUNS, "shapes": shapes[n]}
-            for n, s in spent.items()}
-
-
 def ort_nodes(model: Path, inputs: dict, threads: int, tmp: Path) -> dict[str, float]:
     """onnxruntime's microseconds per run of each node, from its profiler."""
     import onnxruntime as ort
@@ -96,13 +73,10 @@ def main() -> int:
     import anchors_models as am
 
     from codl_tvm import runtime
+    from codl_tvm.profiler.vm_calls import vm_calls
 
     folder = Path(args.artifacts) / args.model
-    meta = json.loads((folder / "meta.json").read_text())
-    lits = np.load(folder / "literals.npz")
-    sources = {k: v for k, v in am.draw(meta["sources"], meta["seed"]).items()
-               if v.size >= am.MIN_SIZE}
-    inputs = am.make_inputs(meta["inputs"], 0)
+    meta, lits, sources, inputs = am.seeded(folder)
     runner = runtime.load(folder / "cpu",
                           params=am.realize(meta["codl"]["cpu"]["params"], sources, lits))
     vm_args = runner._args(inputs)
@@ -118,7 +92,7 @@ def main() -> int:
         doc["onnxruntime_ms"] = median_ms(lambda: sess.run(None, inputs))
         doc["onnxruntime_nodes_us"] = ort_nodes(Path(tmp) / "model.onnx", inputs,
                                                 args.threads, Path(tmp))
-    doc["codl_calls"] = vm_calls(runner, run)
+    doc["codl_calls"] = vm_calls(runner.vm, run, RUNS)
     print(f"{args.model}, {args.threads} threads: codl-tvm {doc['codl_ms']:.3f} ms, "
           f"onnxruntime {doc['onnxruntime_ms']:.3f} ms (medians, unprofiled)")
     calls = doc["codl_calls"]

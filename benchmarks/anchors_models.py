@@ -15,6 +15,7 @@ present, torchvision.
 from __future__ import annotations
 
 import copy
+import json
 import platform
 import shutil
 import warnings
@@ -223,6 +224,14 @@ def make_inputs(specs: list[dict], seed: int) -> dict[str, np.ndarray]:
         else:
             out[s["name"]] = rng.integers(0, s["high"], s["shape"]).astype(np.int64)
     return out
+
+
+def seeded(folder: Path, seed: int = 0) -> tuple[dict, Any, dict, dict]:
+    """An ``anchors.py build`` model folder's (meta, literals, source tensors drawn from its
+    seed, inputs drawn from ``seed``): what every engine of it reads."""
+    meta = json.loads((folder / "meta.json").read_text())
+    sources = {k: v for k, v in draw(meta["sources"], meta["seed"]).items() if v.size >= MIN_SIZE}
+    return meta, np.load(folder / "literals.npz"), sources, make_inputs(meta["inputs"], seed)
 
 
 def ort_session(folder: Path, meta: dict, sources: dict, threads: int, tmp: Path) -> Any:

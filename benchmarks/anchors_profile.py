@@ -17,8 +17,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchors_models as am  # noqa: E402
@@ -62,11 +60,7 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     runtime.enable_cuda()
     folder = Path(args.artifacts) / args.model
-    meta = json.loads((folder / "meta.json").read_text())
-    lits = np.load(folder / "literals.npz")
-    sources = {k: v for k, v in am.draw(meta["sources"], meta["seed"]).items()
-               if v.size >= am.MIN_SIZE}
-    inputs = am.make_inputs(meta["inputs"], 0)
+    meta, lits, sources, inputs = am.seeded(folder)
     codl, _ = am.codl_engine(folder, meta, args.variant, sources, lits, inputs)
     engines = {f"codl-{args.variant}": codl}
     try:

@@ -14,8 +14,7 @@ import argparse
 import json
 import sys
 import tempfile
-import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,6 +31,7 @@ def main() -> int:
     import codl_tvm
     import codl_tvm.schedules.apply as apply
     from codl_tvm import runtime, zoo
+    from codl_tvm.profiler.vm_calls import vm_calls
     from codl_tvm.schedules.analysis import analyze
 
     scheduled: dict[str, tuple] = {}  # kernel name -> (PrimFunc before scheduling, blocking)
@@ -53,32 +53,18 @@ def main() -> int:
         inputs = runner.random_inputs(seed=0)
         for _ in range(3):
             runner.run(inputs)
-        spent: dict[str, float] = defaultdict(float)
-        calls: Counter = Counter()
-        started: dict[str, float] = {}
-
-        def instrument(_func, name, before, _ret, *_args):
-            if before:
-                started[name] = time.perf_counter()
-            else:
-                spent[name] += time.perf_counter() - started[name]
-                calls[name] += 1
-            return 0
-
-        runner.vm.set_instrument(instrument)
-        for _ in range(args.runs):
-            runner.run(inputs)
+        calls = vm_calls(runner.vm, lambda: runner.run(inputs), args.runs)
     rows, by_kind = [], defaultdict(float)
-    for name, s in spent.items():
-        ms = s / args.runs * 1e3
+    for name, call in calls.items():
+        ms = call["us"] / 1e3
         # a kernel reading its weight packed at load (PrepackWeights) is X_prepacked_dN
         func, blocking = scheduled.get(name.replace("_prepacked_d", "_d"), (None, None))
         kind = blocking.algorithm if blocking else name
         by_kind[kind] += ms
         c = analyze(func).conv if func is not None else None
         flop = (2 * c.n * c.oc * c.oh * c.ow * (c.ic // c.groups) * c.kh * c.kw
-                * calls[name] / args.runs) if c else 0
-        rows.append({"kernel": name, "algorithm": kind, "ms": ms, "calls": calls[name] // args.runs,
+                * call["calls"]) if c else 0
+        rows.append({"kernel": name, "algorithm": kind, "ms": ms, "calls": call["calls"],
                      "conv": [c.ic, c.oc, c.h, c.w, c.kh, c.stride[0], c.groups] if c else None,
                      "gflops": flop / ms / 1e6 if flop else None})
     total = sum(by_kind.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from tvm import relax
 from tvm.relax import op as rop
 
 LLVM = {"kind": "llvm"}
+AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}  # 8 lanes, 16 vector registers
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -61,3 +63,18 @@ def conv(bb, x, rng, oc, k, stride=1, dilation=1, padding=(0, 0, 0, 0), groups=1
         y = bb.emit(rop.add(y, const(rng, (1, oc, 1, 1))))
         y = bb.emit(rop.nn.relu(y))
     return y
+
+
+@dataclasses.dataclass(frozen=True)
+class Regs:
+    """A CPU's SIMD shape, as the tile rules read it (``tiling.common.Simd``)."""
+
+    lanes: int
+    vector_regs: int
+
+
+def pointwise(ic: int, oc: int, h: int, w: int):
+    """A stride-1 1x1 conv's shape (``tiling.ConvShape``)."""
+    from codl_tvm.tiling import ConvShape
+
+    return ConvShape(1, ic, oc, h, w, 1, 1)

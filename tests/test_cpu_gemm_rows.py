@@ -17,21 +17,11 @@ from codl_tvm.predictor.mirror import kernel
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import testing as T
-from codl_tvm.tiling import ConvShape, KernelVariants, use_variants
+from codl_tvm.tiling import KernelVariants, use_variants
 from codl_tvm.tiling.common import Simd
+from tests.helpers import AVX2, Regs, pointwise
 
 TOL = 1e-5
-AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}  # 8 lanes, 16 registers
-
-
-@dataclasses.dataclass(frozen=True)
-class Regs:
-    lanes: int
-    vector_regs: int
-
-
-def pointwise(ic: int, oc: int, h: int, w: int) -> ConvShape:
-    return ConvShape(1, ic, oc, h, w, 1, 1)
 
 
 def test_sixteen_registers_get_six_rows_of_two_vectors():

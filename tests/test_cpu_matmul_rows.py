@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from codl_tvm.schedules import blocking_of
 from codl_tvm.schedules import testing as T
 from codl_tvm.tiling import KernelVariants, use_variants
+from tests.helpers import AVX2
 
 TOL = 1e-5
-AVX2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}  # 8 lanes, 16 registers
 AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}  # 16 lanes, 32
 
 
