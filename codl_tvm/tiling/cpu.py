@@ -77,9 +77,10 @@ def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None,
     schedules' current variants; the predictor passes its own). ``fit``: the pixel vectors
     that fill the image's tiles (:func:`fitted_vecs`); else as many as the pixels fill, up to
     the most."""
-    current = _variants.current_variants()
-    rows = current.cpu_gemm_rows if rows is None else rows
-    fit = current.cpu_gemm_fit if fit is None else fit
+    if rows is None or fit is None:  # the predictor passes both: no lookup per prediction
+        current = _variants.current_variants()
+        rows = current.cpu_gemm_rows if rows is None else rows
+        fit = current.cpu_gemm_fit if fit is None else fit
     pixels = c.n * c.oh * c.ow
     most = NARROW_VECS if rows and t.vector_regs < 32 else MAX_VECS
     nv = max(1, min(most, math.ceil(pixels / t.lanes)))
