@@ -223,3 +223,28 @@ def test_profile_cli_refuses_a_negative_stratum_count(capsys, flag):
         main(["profile", flag, "-3", "-o", "x.csv"])
     assert err.value.code == 2
     assert f"{flag}: -3: a count of ops is 0 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["profile", "profile-bundle"])
+@pytest.mark.parametrize(("shares", "says"), [("0,0.5", "a share is in (0, 1]"),
+                                              ("0.5,half", "shares are numbers")])
+def test_profile_cli_refuses_shares_out_of_range(capsys, command, shares, says):
+    from codl_tvm.cli import main
+
+    with pytest.raises(SystemExit) as err:
+        main([command, "--pair", "cpu-pair", "--shares", shares, "-o", "x"])
+    assert err.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_profile_measures_the_shares_asked(tmp_path):
+    from codl_tvm.cli import build_parser
+    from codl_tvm.commands.profile import _sampling_options
+    from codl_tvm.profiler import make_jobs
+
+    wl = tmp_path / "w.csv"
+    wl.write_text("CNN,IH,IW,IC,OC,KH,KW,SH,SW,PT,PH,PW,DH,DW\nX,28,28,64,64,3,3,1,1,1,0,0,1,1\n")
+    args = build_parser().parse_args(["profile", "--workload", str(wl), "--shares", "0.2,1.0",
+                                      "--no-sharing", "-o", "x.csv"])
+    jobs = make_jobs(workloads=args.workload, **_sampling_options(args))
+    assert {round(j.share, 6) for j in jobs} == {0.2, 1.0}  # each processor's share

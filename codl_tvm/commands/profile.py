@@ -25,6 +25,9 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", help="comma-separated op kinds of the random ops "
                         "(conv2d, depthwise, dense, pool_max, pool_avg, elementwise)")
     parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
+    parser.add_argument("--shares", type=_shares,
+                        help="comma-separated GPU shares to measure of each op (default: "
+                        "0.1..1.0 in tenths; 0.3,0.6,1.0 with --quick)")
     for name, stratum in STRATA.items():
         parser.add_argument(f"--{name}", type=_count, default=0, metavar="N",
                             help=f"also N random {stratum.about}")
@@ -32,8 +35,21 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out the sharing costs (copies, slice, concat, sync)")
 
 
+def _shares(text: str) -> list[float]:
+    try:
+        shares = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: shares are numbers, e.g. 0.2,0.5,1.0") from None
+    bad = [s for s in shares if not 0.0 < s <= 1.0]
+    if bad:
+        raise argparse.ArgumentTypeError(f"shares {bad}: a share is in (0, 1]")
+    return shares
+
+
 def _sampling_options(args: argparse.Namespace) -> dict:
     return {"kinds": args.kinds.split(",") if args.kinds else None, "n_specs": args.n_specs,
+            "shares": args.shares,
             "strata": {name: getattr(args, name) for name in STRATA},
             "sharing": not args.no_sharing}
 
@@ -41,7 +57,9 @@ def _sampling_options(args: argparse.Namespace) -> dict:
 def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", default="cpu-pair", help="device pair preset (default cpu-pair)")
     parser.add_argument("--arch", help="CUDA arch of an x86-cuda pair, e.g. sm_90")
-    parser.add_argument("--quick", action="store_true", help="a few hundred cheap samples")
+    parser.add_argument("--quick", action="store_true",
+                        help="about 800 samples, a few minutes: 50 random ops and top-ups "
+                        "that cover every kernel of the dispatch")
     parser.add_argument(
         "--workload",
         action="append",
@@ -91,7 +109,6 @@ def _add_bundle(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", action="append", default=[], metavar="CSV")
     parser.add_argument("--max-flops", type=float)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shares", help="comma-separated shares per processor (0.1..1.0)")
     _add_sampling_arguments(parser)
     parser.add_argument("--max-mib", type=float, default=40.0, help="bundle size cap")
     parser.add_argument("-o", "--output", required=True, help="bundle folder to create")
@@ -107,9 +124,8 @@ def _run_bundle(args: argparse.Namespace) -> int:
     pair = DevicePair.parse(args.pair, arch=args.arch, num_cores=args.num_cores)
     if args.mcpu:
         pair = replace(pair, cpu_spec={**pair.cpu_spec, "mcpu": args.mcpu}, _cache={})
-    shares = [float(x) for x in args.shares.split(",")] if args.shares else None
     jobs = make_jobs(args.quick, args.workload, max_flops=args.max_flops, seed=args.seed,
-                     shares=shares, pair=pair, **_sampling_options(args))  # fmt: skip
+                     pair=pair, **_sampling_options(args))  # fmt: skip
     check_output_folder(args.output, args.workload, args.overwrite)  # before compiling
     man = build_bundle(pair, jobs, args.output, max_bytes=int(args.max_mib * (1 << 20)),
                        overwrite=args.overwrite)

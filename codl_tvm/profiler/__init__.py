@@ -22,7 +22,7 @@ __all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
 
 # min_flops keeps kernels above the VM's call overhead (~1 us), where timing is all noise
 # n_sizes: every sharing op gets as many sizes as coverage.MIN_PER_MODEL gives a kernel
-QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e8, "min_flops": 1e5, "n_sizes": 12}
+QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 FULL = {"n_specs": 400, "grid": "full", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 
 
@@ -76,6 +76,9 @@ def make_jobs(
     if workloads:
         specs += [item for path in workloads for item in space.workload_specs(path)]
         grid = space.FULL_GRID
+    from codl_tvm.profiler.coverage import cover, usage_max_bytes
+
+    max_bytes = usage_max_bytes()  # no random tensor larger than real networks' largest
     if not workloads or quick:  # quick + workloads: both, so the training set has both
         specs += space.sample_specs(
             n_specs or cfg["n_specs"],
@@ -83,15 +86,15 @@ def make_jobs(
             max_flops or cfg["max_flops"],
             min_flops=cfg["min_flops"] if min_flops is None else min_flops,
             kinds=kinds,
+            max_bytes=max_bytes,
         )
     specs += space.strata_specs(strata or {}, seed)
     grid = tuple(shares) if shares else grid
     jobs = space.compute_jobs(specs, grid)
     if pair is not None and kinds is None and (quick or not workloads):
-        from codl_tvm.profiler.coverage import cover
-
         jobs = cover(jobs, pair, grid, max_flops or cfg["max_flops"],
-                     cfg["min_flops"] if min_flops is None else min_flops, seed)
+                     cfg["min_flops"] if min_flops is None else min_flops, seed,
+                     max_bytes=max_bytes)
     if sharing:
         jobs += space.sharing_jobs(cfg["n_sizes"], max_share_bytes)
     return jobs

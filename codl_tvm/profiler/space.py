@@ -145,8 +145,10 @@ def sample_specs(
     max_flops: float = 5e7,
     kinds: Sequence[str] | None = None,
     min_flops: float = 0.0,
+    max_bytes: float = math.inf,
 ) -> list[OpSpec]:
-    """``n`` random ops in CoDL's ranges with ``min_flops`` to ``max_flops`` FLOPs each."""
+    """``n`` random ops in CoDL's ranges with ``min_flops`` to ``max_flops`` FLOPs each, and
+    inputs and outputs of at most ``max_bytes`` each."""
     rng = np.random.default_rng(seed)
     names = list(kinds or KIND_WEIGHTS)
     unknown = sorted(set(names) - set(KIND_WEIGHTS))
@@ -162,7 +164,7 @@ def sample_specs(
             spec = random_spec(rng, kind)
         except ValueError:
             continue
-        if min_flops <= spec.flops <= max_flops:
+        if min_flops <= spec.flops <= max_flops and max(spec.in_bytes, spec.out_bytes) <= max_bytes:
             specs.append(spec)
     return specs
 
@@ -175,7 +177,7 @@ def sample_specs(
 DEEP_RANGES: dict[str, tuple[int, int]] = {"HW": (2, 40), "C": (256, 4096)}
 DEEP_MAX_FLOPS = 5e9
 # CNN body layers: 28-416 pixels a side, 16-512 channels, 0.1-4 GFLOPs (VGG-16's, YOLO-V2's
-# and PoseNet's convs but their tails). The quick draw's 1e8 FLOPs cap leaves none: the
+# and PoseNet's convs but their tails). The draw's FLOPs cap (1e9) leaves few: the
 # training file's body-size rows are the CNNs' own, so a held-out CNN's body layers were only
 # checked against other CNNs (and, on the H100 host, random direct 1x1 planes stayed under
 # the 32 KB where YOLO-V2's 1x1 layers run slower per FMA).
