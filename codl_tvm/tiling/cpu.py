@@ -57,16 +57,23 @@ NARROW_VECS = 2
 # must save more than this share of the lanes the best-filling tile computes, as fewer
 # vectors load more weight broadcasts per FMA
 PIXEL_TAIL_SLACK = 1 / 8
+# ... and never fewer than this many where the tile may have them: with one vector every FMA
+# needs a broadcast of its own. On a 2-core AVX2 host 7 x 7 images ran 1.27-1.35x as long with
+# one 8-lane vector (56 lanes for 49 pixels) as with two (64), at 2 threads (KERNELS.md)
+FEWEST_FITTED_VECS = 2
 
 
 def fitted_vecs(pixels: int, lanes: int, most: int) -> int:
     """Pixel vectors per register tile, up to ``most``: the most whose tiles compute at most
     :data:`PIXEL_TAIL_SLACK` more lanes than the tile that computes fewest (7 x 7 pixels on 16
-    lanes: 3 vectors compute 96 lanes, 2 compute 64; 14 x 14: 240, 224 and 208)."""
+    lanes: 3 vectors compute 96 lanes, 2 compute 64; 14 x 14: 240, 224 and 208), but not
+    fewer than :data:`FEWEST_FITTED_VECS` (or ``most``, if fewer)."""
     computed = {nv: math.ceil(pixels / (nv * lanes)) * nv * lanes for nv in range(1, most + 1)}
     least = min(computed.values())
-    return max(nv for nv, lanes_done in computed.items()
-               if lanes_done <= least * (1 + PIXEL_TAIL_SLACK))
+    fewest = min(FEWEST_FITTED_VECS, most)
+    return max([nv for nv, lanes_done in computed.items()
+                if nv >= fewest and lanes_done <= least * (1 + PIXEL_TAIL_SLACK)],
+               default=fewest)  # fmt: skip
 
 
 def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None,
