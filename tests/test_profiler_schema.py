@@ -248,3 +248,16 @@ def test_profile_measures_the_shares_asked(tmp_path):
                                       "--no-sharing", "-o", "x.csv"])
     jobs = make_jobs(workloads=args.workload, **_sampling_options(args))
     assert {round(j.share, 6) for j in jobs} == {0.2, 1.0}  # each processor's share
+
+
+def test_max_flops_skips_a_workloads_larger_ops(tmp_path):
+    # regression: --max-flops filtered only the random draw; a workload's ops were all measured
+    from codl_tvm.profiler import make_jobs
+
+    wl = tmp_path / "w.csv"
+    wl.write_text("CNN,IH,IW,IC,OC,KH,KW,SH,SW,PT,PH,PW,DH,DW\n"
+                  "X,28,28,64,64,3,3,1,1,1,0,0,1,1\nX,224,224,64,64,3,3,1,1,1,0,0,1,1\n")
+    sizes = {j.spec.H for j in make_jobs(workloads=[wl], sharing=False)}
+    assert sizes == {28, 224}
+    small = make_jobs(workloads=[wl], sharing=False, max_flops=1e9)  # 28x28: 58 MFLOPs
+    assert {j.spec.H for j in small} == {28}

@@ -73,8 +73,9 @@ def make_jobs(
     cfg = QUICK if quick else FULL
     grid = space.QUICK_GRID if cfg["grid"] == "quick" else space.FULL_GRID
     specs: list[Any] = []
-    if workloads:
-        specs += [item for path in workloads for item in space.workload_specs(path)]
+    if workloads:  # an explicit max_flops skips a workload's larger ops too
+        specs += [(name, spec) for path in workloads for name, spec in space.workload_specs(path)
+                  if max_flops is None or spec.flops <= max_flops]  # fmt: skip
         grid = space.FULL_GRID
     from codl_tvm.profiler.coverage import cover, usage_max_bytes
 
