@@ -261,3 +261,19 @@ def test_max_flops_skips_a_workloads_larger_ops(tmp_path):
     assert sizes == {28, 224}
     small = make_jobs(workloads=[wl], sharing=False, max_flops=1e9)  # 28x28: 58 MFLOPs
     assert {j.spec.H for j in small} == {28}
+
+
+def test_the_default_profile_measures_six_shares_of_each_op():
+    # every tenth of 400 ops was 15,848 jobs on the cpu-pair, a projected 72 minutes
+    from codl_tvm.profiler import make_jobs
+
+    jobs = make_jobs(n_specs=12, sharing=False)
+    assert {round(j.share, 6) for j in jobs} == set(space.DEFAULT_GRID)
+    wl_jobs = make_jobs(workloads=[space_workload()], sharing=False)
+    assert {round(j.share, 6) for j in wl_jobs} == set(space.FULL_GRID)  # workloads: tenths
+
+
+def space_workload():
+    from codl_tvm.profiler.coverage import USAGE_DIR
+
+    return USAGE_DIR / "pool2d.csv"

@@ -24,10 +24,11 @@ def _count(text: str) -> int:
 def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", help="comma-separated op kinds of the random ops "
                         "(conv2d, depthwise, dense, pool_max, pool_avg, elementwise)")
-    parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 400)")
+    parser.add_argument("--n-specs", type=int, help="random ops to draw (default 50 quick, 250)")
     parser.add_argument("--shares", type=_shares,
                         help="comma-separated GPU shares to measure of each op (default: "
-                        "0.1..1.0 in tenths; 0.3,0.6,1.0 with --quick)")
+                        "0.1,0.3,0.5,0.7,0.9,1.0; 0.3,0.6,1.0 with --quick; every tenth "
+                        "for --workload)")
     for name, stratum in STRATA.items():
         parser.add_argument(f"--{name}", type=_count, default=0, metavar="N",
                             help=f"also N random {stratum.about}")

@@ -23,7 +23,9 @@ __all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
 # min_flops keeps kernels above the VM's call overhead (~1 us), where timing is all noise
 # n_sizes: every sharing op gets as many sizes as coverage.MIN_PER_MODEL gives a kernel
 QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
-FULL = {"n_specs": 400, "grid": "full", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
+# the default profile: 250 random ops at six shares (as the shipped H100 profile measured) so
+# that it ends within 30 minutes on a 2-core host; 400 ops at every tenth took 72 (projected)
+FULL = {"n_specs": 250, "grid": "default", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 
 
 def make_jobs(
@@ -52,7 +54,8 @@ def make_jobs(
     n_specs, max_flops, min_flops : optional
         Random ops to draw from CoDL's ranges and the FLOPs bounds of each.
     shares : list of float, optional
-        Each processor's shares to measure (default: 0.1..1.0, or 0.3/0.6/1.0 when quick).
+        Each processor's shares to measure (default: ``space.DEFAULT_GRID``, 0.1/0.3/0.5/0.7/
+        0.9/1.0; ``QUICK_GRID``, 0.3/0.6/1.0, when quick; every tenth for workloads).
     sharing : bool
         Also measure the sharing costs (copies, slice, concat, sync).
     kinds : list of str, optional
@@ -71,7 +74,7 @@ def make_jobs(
     from codl_tvm.profiler import space
 
     cfg = QUICK if quick else FULL
-    grid = space.QUICK_GRID if cfg["grid"] == "quick" else space.FULL_GRID
+    grid = space.QUICK_GRID if cfg["grid"] == "quick" else space.DEFAULT_GRID
     specs: list[Any] = []
     if workloads:  # an explicit max_flops skips a workload's larger ops too
         specs += [(name, spec) for path in workloads for name, spec in space.workload_specs(path)

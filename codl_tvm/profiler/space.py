@@ -44,6 +44,7 @@ CHANNEL_MULTIPLES: tuple[tuple[float, int], ...] = ((0.5, 32), (0.25, 8), (0.25,
 KERNEL_WEIGHTS: dict[int, float] = {1: 0.3, 2: 0.05, 3: 0.4, 4: 0.03, 5: 0.1, 6: 0.02, 7: 0.1}
 FULL_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
 QUICK_GRID: tuple[float, ...] = (0.3, 0.6, 1.0)
+DEFAULT_GRID: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
 @dataclass(frozen=True)
