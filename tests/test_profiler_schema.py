@@ -264,7 +264,7 @@ def test_max_flops_skips_a_workloads_larger_ops(tmp_path):
 
 
 def test_the_default_profile_measures_six_shares_of_each_op():
-    # every tenth of 400 ops was 15,848 jobs on the cpu-pair, a projected 72 minutes
+    # every tenth of 400 ops was 15,848 jobs on the cpu-pair: over an hour on 2 cores
     from codl_tvm.profiler import make_jobs
 
     jobs = make_jobs(n_specs=12, sharing=False)

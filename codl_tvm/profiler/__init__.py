@@ -23,8 +23,9 @@ __all__ = ["COLUMNS", "SampleError", "make_jobs", "profile", "read_samples"]
 # min_flops keeps kernels above the VM's call overhead (~1 us), where timing is all noise
 # n_sizes: every sharing op gets as many sizes as coverage.MIN_PER_MODEL gives a kernel
 QUICK = {"n_specs": 50, "grid": "quick", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
-# the default profile: 250 random ops at six shares (as the shipped H100 profile measured) so
-# that it ends within 30 minutes on a 2-core host; 400 ops at every tenth took 72 (projected)
+# the default profile: 250 random ops at six shares (as the shipped H100 profile measured), 6,012
+# jobs on the cpu-pair, so that it ends within 30 minutes on a 2-core host; 400 ops at every
+# tenth were 15,848 jobs, over an hour at the quick profile's pace (11 visits/s)
 FULL = {"n_specs": 250, "grid": "default", "max_flops": 1e9, "min_flops": 1e5, "n_sizes": 12}
 
 
