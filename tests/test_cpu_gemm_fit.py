@@ -54,7 +54,7 @@ def test_the_fitted_tile_computes_within_the_slack_of_the_best(pixels, lanes, mo
 
 def test_a_fitted_tile_keeps_two_vectors_where_it_may():
     # regression: on AVX2 a 7 x 7 image took one 8-lane vector (56 lanes against 64), and each
-    # FMA its own weight broadcast: 1.27-1.35x as long at 2 threads
+    # FMA its own weight broadcast: 1.06-1.36x as long at 2 threads
     for oc, ic in ((384, 832), (960, 160), (160, 960)):
         assert tiling.gemm_tiles(pointwise(ic, oc, 7, 7), Regs(8, 16), fit=True)[1] == 2
     assert tiling.fitted_vecs(49, 8, 1) == 1  # a tile of one vector stays one

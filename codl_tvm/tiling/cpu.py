@@ -58,8 +58,9 @@ NARROW_VECS = 2
 # vectors load more weight broadcasts per FMA
 PIXEL_TAIL_SLACK = 1 / 8
 # ... and never fewer than this many where the tile may have them: with one vector every FMA
-# needs a broadcast of its own. On a 2-core AVX2 host 7 x 7 images ran 1.27-1.35x as long with
-# one 8-lane vector (56 lanes for 49 pixels) as with two (64), at 2 threads (KERNELS.md)
+# needs a broadcast of its own. On a 2-core AVX2 host 7 x 7 images ran 1.06-1.36x as long with
+# one 8-lane vector (56 lanes for 49 pixels) as with two (64), at 2 threads
+# (benchmarks/cpu_gemm_fit_tiles.py)
 FEWEST_FITTED_VECS = 2
 
 
