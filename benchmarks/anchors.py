@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchors_models as am  # noqa: E402
 from anchors_rows import KEY, merge, table  # noqa: E402
+from quiet import quiesce  # noqa: E402
 
 X86_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
 
@@ -169,7 +170,8 @@ def build(args: argparse.Namespace) -> int:
 # ---- run (there) ---------------------------------------------------------------------------
 def interleaved(calls: dict[str, Any], args: argparse.Namespace) -> dict[str, dict]:
     """Median seconds per engine over interleaved visits; rounds and calls capped so the
-    phase keeps to ``--budget-s`` (at least ``--min-rounds`` visits each)."""
+    phase keeps to ``--budget-s`` (at least ``--min-rounds`` visits each). Each visit
+    starts with the other engines' threads idle (:func:`quiesce`)."""
     est = {}
     for n, fn in calls.items():
         t = time.perf_counter()
@@ -177,11 +179,12 @@ def interleaved(calls: dict[str, Any], args: argparse.Namespace) -> dict[str, di
         est[n] = time.perf_counter() - t
     per = {n: (args.calls if t < 0.2 else 1) for n, t in est.items()}
     warm = {n: t < 0.5 for n, t in est.items()}
-    cost = sum(est[n] * (per[n] + warm[n]) for n in calls) + 0.1 * len(calls)
+    cost = sum(est[n] * (per[n] + warm[n]) for n in calls) + 0.25 * len(calls)  # + quiesce
     rounds = max(args.min_rounds, min(args.rounds, int(args.budget_s / max(cost, 1e-9))))
     names, visits = list(calls), {n: [] for n in calls}
     for r in bar(range(rounds), "rounds"):
         for n in names[r % len(names):] + names[:r % len(names)]:
+            quiesce()
             if warm[n]:
                 calls[n]()
             ts = []
@@ -190,7 +193,6 @@ def interleaved(calls: dict[str, Any], args: argparse.Namespace) -> dict[str, di
                 calls[n]()
                 ts.append(time.perf_counter() - t)
             visits[n].append(float(np.median(ts)))
-            time.sleep(0.1)  # the last engine's spinning workers go idle
     return {n: {"ms": float(np.median(v)) * 1e3, "rounds": rounds, "calls": per[n]}
             for n, v in visits.items()}
 

@@ -71,6 +71,7 @@ class Regs:
 
     lanes: int
     vector_regs: int
+    cores: int = 2
 
 
 def pointwise(ic: int, oc: int, h: int, w: int):

@@ -42,8 +42,10 @@ def direct_written_bytes(s: OpSpec, padded_plane: int, packed_out: int) -> int:
 
 def gemm_pass_bytes(s: OpSpec, packed_pixels: int) -> int:
     """Bytes a 1x1 GEMM call moves besides its weight: the input, the packed input
-    (``packed_pixels`` per channel, whole tiles), the packed result and the output."""
-    return (s.IC * s.H * s.W + s.IC * packed_pixels + 2 * s.out_elems) * 4
+    (``packed_pixels`` per channel, whole tiles), the packed result and the output (0
+    ``packed_pixels``: in place, neither packed tensor)."""
+    packed_result = s.out_elems if packed_pixels else 0
+    return (s.IC * s.H * s.W + s.IC * packed_pixels + packed_result + s.out_elems) * 4
 
 
 def winograd_streamed_bytes(u_bytes: int, l2s_bytes: int) -> float:

@@ -182,10 +182,18 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     per task fitted to 0 beside the panel loads and is left out; so did a per-task cost
     beside the panel fetches.)"""
     c = conv_shape(s)
-    mr, nv = tiling.gemm_tiles(c, m, m.variants.cpu_gemm_rows, m.variants.cpu_gemm_fit)
+    v = m.variants
+    mr, nv = tiling.gemm_tiles(c, m, v.cpu_gemm_rows, v.cpu_gemm_fit, v.cpu_gemm_in_place)
     np_ = nv * m.lanes
     pp, ocp = _cdiv(s.out_h * s.out_w, np_), _cdiv(s.OC, mr)
-    waves = _cdiv(pp * ocp, m.cores)
+    waves = _cdiv(pp * ocp, m.cores)  # register tiles on the critical core
+    passes = 1
+    # in place (``tiling.gemm_in_place``) no input pack and no unpack pass run, and a task
+    # is a run of tiles
+    if tiling.gemm_in_place(c, m, any(s.pad), v.cpu_gemm_in_place, v.cpu_gemm_rows,
+                            v.cpu_gemm_fit):
+        run = tiling.gemm_run(c, m, v.cpu_gemm_rows, v.cpu_gemm_fit)
+        passes, waves = 0, _cdiv(pp // run * ocp, m.cores) * run
     return [
         waves * s.IC * mr * nv,  # FMAs on the critical core
         # input-panel vector loads: every task streams its IC x np panel once, nv loads per
@@ -194,11 +202,11 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # workers a gate at one L1 (IC >= 257) or half of one no longer fits the samples
         # (68.4 / 72.9% acc10 on the split, 82.6% ungated)
         waves * s.IC * nv,
-        s.IC * pp * np_ / m.cores,  # input pack
+        passes * s.IC * pp * np_ / m.cores,  # input pack
         # weight pack (unless prepacked); its unit is the 1x1 stride-2 direct conv's
         # (``ties.k1_weight_pack_us``)
         ocp * mr * s.IC / m.cores * _packs(m),
-        s.out_elems / m.cores,  # unpack
+        passes * s.out_elems / m.cores,  # unpack
         # panels from other cores: the packs' parallel loops (o, k) and (po, k) leave each
         # panel's rows with the workers that wrote them; the busiest GEMM worker fetches
         # the rows of its chunk's distinct panels that it did not pack itself (13x13 1024->37:
@@ -212,7 +220,7 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
         # the training file passes the L2s, while the random body and pointwise strata's
         # rows past them (up to 159 MiB) ran 1.2x their predictions. The weight is left
         # out: counted in, the deep stratum's weight-bound rows lost 10 points
-        max(0, gemm_pass_bytes(s, pp * np_) - _l2s_bytes(m)) / m.cores,
+        max(0, gemm_pass_bytes(s, pp * np_ * passes) - _l2s_bytes(m)) / m.cores,
     ]
 
 

@@ -91,8 +91,10 @@ def _cpu_gemm(s: OpSpec, m: Machine) -> Kernel | None:
     if not is_dense_conv(s) or not tiling.gemm_wins(
             c := conv_shape(s), m, m.variants.cpu_gemm == "always"):
         return None
-    return Kernel("gemm-1x1", tiling.gemm_tasks(c, m, m.variants.cpu_gemm_rows,
-                                                m.variants.cpu_gemm_fit))
+    v = m.variants
+    return Kernel("gemm-1x1", tiling.gemm_tasks(c, m, v.cpu_gemm_rows, v.cpu_gemm_fit,
+                                                padded=any(s.pad),
+                                                in_place=v.cpu_gemm_in_place))
 
 
 def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:

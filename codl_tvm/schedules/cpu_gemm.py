@@ -14,6 +14,12 @@ window reads); the accumulator ``mr x nv`` SIMD vectors stays in registers over 
 loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it every stride-1 1x1
 conv (``tiling.gemm_wins``); at stride > 1 it was measured against the direct conv and left
 to it.
+
+Where the pixels fill whole tiles and OC whole blocks of an unpadded stride-1 conv
+(``tiling.gemm_in_place``), a tile's pixels are already consecutive floats of each input
+channel and output channel: the kernel reads the input where it is and writes the output
+(epilogue included) straight from the accumulator, with no packed input and no unpack pass.
+On large images the passes moved three times the output's bytes through the caches.
 """
 
 from __future__ import annotations
@@ -78,6 +84,35 @@ def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
     return tirx.if_then_else(tirx.all(*conds), x[n, k, hi, wi], tirx.const(0.0, x.dtype))
 
 
+def in_place(c: Conv2DInfo, t: TargetInfo) -> bool:
+    """Whether :func:`gemm_compute` reads its input and writes its output in place."""
+    return tiling.gemm_in_place(c, t, padded=any(c.pad))
+
+
+def last_block(c: Conv2DInfo, t: TargetInfo) -> str:
+    """The block the conv's epilogue is inlined into: the accumulator's write-back where the
+    kernel writes its output in place, else the unpack pass."""
+    return "codl_gemm_local" if in_place(c, t) else "codl_unpack"
+
+
+def _in_place_body(c: Conv2DInfo, mr: int):
+    """``(x, packed w) -> out``: the GEMM over the flat pixels of the input as it is; the
+    output is a view of its result, inlined into the write-back by the schedule."""
+
+    def body(x: te.Tensor, wpk: te.Tensor) -> te.Tensor:
+        rk = te.reduce_axis((0, c.ic), name="rk")
+        acc = te.compute(
+            (c.n, c.oc, c.oh * c.ow),
+            lambda n, f, q: te.sum(wpk[f // mr, rk, f % mr] * x[n, rk, q // c.ow, q % c.ow],
+                                   axis=[rk]),
+            name="codl_gemm",
+        )
+        return te.compute(out_shape(c), lambda n, f, y, xx: acc[n, f, y * c.ow + xx],
+                          name="codl_unpack")
+
+    return body
+
+
 def gemm_compute(c: Conv2DInfo, t: TargetInfo):
     """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild`, its weight pass apart."""
     mr, nv = gemm_tiles(c, t)
@@ -94,6 +129,9 @@ def gemm_compute(c: Conv2DInfo, t: TargetInfo):
             ),
             name="codl_wpack",
         )
+
+    if in_place(c, t):
+        return WeightPacked(pack, _in_place_body(c, mr))
 
     def body(x: te.Tensor, wpk: te.Tensor) -> te.Tensor:
         xpk = te.compute(
@@ -123,13 +161,21 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
     mr, nv = gemm_tiles(c, t)
     np_ = nv * t.lanes
     gemm = sch.get_sblock("codl_gemm")
-    n, o, i, q, k = sch.get_loops(gemm)
-    po, pv, pl = sch.split(q, [None, nv, t.lanes])
-    sch.reorder(n, po, o, k, i, pv, pl)
-    task = sch.fuse(n, po, o)
+    direct = in_place(c, t)
+    if direct:  # (n, f, q, k): a task is a run of pixel tiles of one OC block
+        n, f, q, k = sch.get_loops(gemm)
+        o, i = sch.split(f, [None, mr])
+        pr, po, pv, pl = sch.split(q, [None, tiling.gemm_run(c, t), nv, t.lanes])
+        sch.reorder(n, pr, o, po, k, i, pv, pl)
+        task, tile = sch.fuse(n, pr, o), po
+    else:
+        n, o, i, q, k = sch.get_loops(gemm)
+        po, pv, pl = sch.split(q, [None, nv, t.lanes])
+        sch.reorder(n, po, o, k, i, pv, pl)
+        task = tile = sch.fuse(n, po, o)
     sch.parallel(task)
     acc = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(acc, task)
+    sch.reverse_compute_at(acc, tile)
     sch.unroll(i)
     sch.unroll(pv)
     sch.vectorize(pl)
@@ -137,11 +183,12 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
     sch.vectorize(sch.get_loops(sch.get_sblock("codl_gemm_init"))[-1])
     wb = sch.get_loops(acc)
     sch.vectorize(sch.split(wb[-1], [None, t.lanes])[-1])
-    _pack_loops(sch, "codl_xpack", t.lanes)
     if has_block(sch, "codl_wpack"):  # not in the version that reads a packed weight
         _pack_loops(sch, "codl_wpack", 0)
-    _pack_loops(sch, "codl_unpack", t.lanes)
-    tasks = tiling.gemm_tasks(c, t)
+    if not direct:  # in place, the unpack is a view the epilogue inlines into the write-back
+        _pack_loops(sch, "codl_xpack", t.lanes)
+        _pack_loops(sch, "codl_unpack", t.lanes)
+    tasks = tiling.gemm_tasks(c, t, padded=any(c.pad))
     return Blocking(
         algorithm="gemm-1x1", processor="cpu", op="conv2d",
         output_size=c.n * c.oc * c.oh * c.ow,

@@ -78,14 +78,16 @@ def _small_m(info: OpInfo, _t: TargetInfo) -> bool:
 # ---- CPU rules ------------------------------------------------------------------------
 
 
-def _te_kernel(func, info, t, compute, schedule) -> Scheduled:
+def _te_kernel(func, info, t, compute, schedule, last: str = "codl_unpack") -> Scheduled:
+    """Rebuild ``func`` around ``compute``, schedule it, and inline the epilogue into the
+    block ``last``."""
     new = rebuild(func, info.main_block, compute, 2)
     sch = Schedule(new)
     blocking = schedule(sch)
-    inline_epilogue(sch, "codl_unpack")
+    inline_epilogue(sch, last)
     if tiling.current_variants().cpu_prepack:
         prepack.offer(func, info.main_block, compute, schedule,
-                      lambda s: inline_epilogue(s, "codl_unpack"))
+                      lambda s: inline_epilogue(s, last))
     return sch.mod["main"], blocking
 
 
@@ -113,7 +115,7 @@ def cpu_gemm1x1(func, info, _target, t, name) -> Scheduled:
     c = info.conv
     return _te_kernel(
         func, info, t, cpu_gemm.gemm_compute(c, t),
-        lambda sch: cpu_gemm.schedule_gemm(sch, c, t, name),
+        lambda sch: cpu_gemm.schedule_gemm(sch, c, t, name), cpu_gemm.last_block(c, t),
     )
 
 

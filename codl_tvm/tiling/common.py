@@ -27,6 +27,7 @@ class Simd(Protocol):
 
     lanes: int
     vector_regs: int
+    cores: int
 
 
 class ConvShape(NamedTuple):

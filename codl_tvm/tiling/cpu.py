@@ -64,36 +64,44 @@ PIXEL_TAIL_SLACK = 1 / 8
 FEWEST_FITTED_VECS = 2
 
 
-def fitted_vecs(pixels: int, lanes: int, most: int) -> int:
+def fitted_vecs(pixels: int, lanes: int, most: int, exact: bool = False) -> int:
     """Pixel vectors per register tile, up to ``most``: the most whose tiles compute at most
     :data:`PIXEL_TAIL_SLACK` more lanes than the tile that computes fewest (7 x 7 pixels on 16
     lanes: 3 vectors compute 96 lanes, 2 compute 64; 14 x 14: 240, 224 and 208), but not
-    fewer than :data:`FEWEST_FITTED_VECS` (or ``most``, if fewer)."""
+    fewer than :data:`FEWEST_FITTED_VECS` (or ``most``, if fewer). ``exact``: the most whose
+    tiles leave no pixel tail, where one does (so the GEMM can run in place: 56 x 56 on 16
+    lanes takes 2 vectors, not 3)."""
+    fewest = min(FEWEST_FITTED_VECS, most)
+    whole = [nv for nv in range(fewest, most + 1) if pixels % (nv * lanes) == 0]
+    if exact and whole:
+        return max(whole)
     computed = {nv: math.ceil(pixels / (nv * lanes)) * nv * lanes for nv in range(1, most + 1)}
     least = min(computed.values())
-    fewest = min(FEWEST_FITTED_VECS, most)
     return max([nv for nv, lanes_done in computed.items()
                 if nv >= fewest and lanes_done <= least * (1 + PIXEL_TAIL_SLACK)],
                default=fewest)  # fmt: skip
 
 
-def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None,
-               fit: bool | None = None) -> tuple[int, int]:
+def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None,
+               in_place: bool | None = None) -> tuple[int, int]:
     """(mr, nv): OC rows and pixel SIMD vectors of the register tile.
 
-    ``rows``, ``fit``: ``KernelVariants.cpu_gemm_rows`` and ``cpu_gemm_fit`` (None: the
-    schedules' current variants; the predictor passes its own). ``fit``: the pixel vectors
-    that fill the image's tiles (:func:`fitted_vecs`); else as many as the pixels fill, up to
-    the most."""
-    if rows is None or fit is None:  # the predictor passes both: no lookup per prediction
+    ``rows``, ``fit``, ``in_place``: ``KernelVariants.cpu_gemm_rows``, ``cpu_gemm_fit`` and
+    ``cpu_gemm_in_place`` (None: the schedules' current variants; the predictor passes its
+    own). ``fit``: the pixel vectors that fill the image's tiles (:func:`fitted_vecs`; with
+    ``in_place``, at stride 1, those that leave no tail where some do); else as many as the
+    pixels fill, up to the most."""
+    if rows is None or fit is None or in_place is None:  # the predictor passes all three
         current = _variants.current_variants()
         rows = current.cpu_gemm_rows if rows is None else rows
         fit = current.cpu_gemm_fit if fit is None else fit
+        in_place = current.cpu_gemm_in_place if in_place is None else in_place
     pixels = c.n * c.oh * c.ow
     most = NARROW_VECS if rows and t.vector_regs < 32 else MAX_VECS
     nv = max(1, min(most, math.ceil(pixels / t.lanes)))
     if fit:  # a task's tile never spans two images: the tail is per image
-        nv = fitted_vecs(c.oh * c.ow, t.lanes, nv)
+        exact = in_place and tuple(c.stride) == (1, 1)
+        nv = fitted_vecs(c.oh * c.ow, t.lanes, nv, exact)
     budget = max(1, (t.vector_regs - nv - 2) // nv)
     # the mr that pads OC least, the largest on a tie: min over (padded OC, -mr), as a loop
     # (the predictor runs this on every prediction; a key function costs a call per row)
@@ -107,10 +115,55 @@ def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None,
     return mr, nv
 
 
-def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None) -> int:
-    """Parallel (pixel tile, OC block) tasks."""
-    mr, nv = gemm_tiles(c, t, rows, fit)
-    return c.n * math.ceil(c.oh * c.ow / (nv * t.lanes)) * math.ceil(c.oc / mr)
+def gemm_in_place(c: Conv, t: Simd, padded: bool, in_place: bool | None = None,
+                  rows: bool | None = None, fit: bool | None = None) -> bool:
+    """Whether the 1x1 GEMM reads its input and writes its output where they are
+    (``KernelVariants.cpu_gemm_in_place``): at stride 1 without padding (``padded``: the
+    conv pads its input), where the image's pixels fill whole tiles, a tile's pixels are
+    consecutive floats of each input and output channel, so no packed copy of the input and
+    no unpack pass is needed; elsewhere the pixel tail needs both. (OC always fills whole
+    blocks: :func:`gemm_tiles` takes the largest block that pads it least, and a block of 1
+    pads it not at all.) ``in_place``, ``rows``, ``fit``: the variants (None: the schedules'
+    current ones)."""
+    if in_place is None:
+        in_place = _variants.current_variants().cpu_gemm_in_place
+    if not in_place or padded or tuple(c.stride) != (1, 1) or not gemm_applies(c):
+        return False
+    mr, nv = gemm_tiles(c, t, rows, fit, in_place)
+    return c.oc % mr == 0 and (c.oh * c.ow) % (nv * t.lanes) == 0
+
+
+# In place, a task computes a run of consecutive pixel tiles for one OC block, so that each of
+# its output channels is written as one run of this many pixels at most, not one tile (on 2
+# AVX2 cores, with the caches flushed before each call, MobileNet-V2's 1x1 convs at 28x28 to
+# 112x112 took 0.46-0.66x the packed GEMM's time with runs of 512 pixels, and 0.74-1.30x with
+# one tile: one tile per task writes each of OC rows 64 bytes at a time)...
+IN_PLACE_RUN_PIXELS = 512
+# ... while leaving at least this many tasks per core where the image has them
+IN_PLACE_TASKS_PER_CORE = 4
+
+
+def gemm_run(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None) -> int:
+    """Pixel tiles per task of the in-place GEMM: the most that divide the image's tiles,
+    span at most :data:`IN_PLACE_RUN_PIXELS` and leave :data:`IN_PLACE_TASKS_PER_CORE` tasks
+    per core (1 if none does)."""
+    mr, nv = gemm_tiles(c, t, rows, fit, True)
+    np_ = nv * t.lanes
+    tiles, blocks = c.oh * c.ow // np_, c.n * math.ceil(c.oc / mr)
+    want = IN_PLACE_TASKS_PER_CORE * t.cores
+    return max([r for r in range(1, max(1, IN_PLACE_RUN_PIXELS // np_) + 1)
+                if tiles % r == 0 and (r == 1 or tiles // r * blocks >= want)])
+
+
+def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None, *,
+               padded: bool = False, in_place: bool | None = None) -> int:
+    """Parallel tasks: (pixel tile, OC block), or where the GEMM runs in place
+    (:func:`gemm_in_place`), (run of :func:`gemm_run` pixel tiles, OC block)."""
+    mr, nv = gemm_tiles(c, t, rows, fit, in_place)
+    tiles = math.ceil(c.oh * c.ow / (nv * t.lanes))
+    if gemm_in_place(c, t, padded, in_place, rows, fit):
+        tiles //= gemm_run(c, t, rows, fit)
+    return c.n * tiles * math.ceil(c.oc / mr)
 
 
 # ---- CPU Winograd F(2x2, 3x3) ---------------------------------------------------------

@@ -21,7 +21,7 @@ CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
-               "cpu_matmul_rows")
+               "cpu_matmul_rows", "cpu_gemm_in_place")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,12 @@ class KernelVariants:
         (:func:`codl_tvm.schedules.cpu_rules.packed_rows`); off: 4 rows by 4 vectors where N
         allows, 16 accumulators and no register left for loads. CPUs of 32 registers keep
         4 by 4 either way.
+    cpu_gemm_in_place : bool
+        On (the default): where a stride-1, unpadded 1x1 conv's pixels fill whole register
+        tiles and its OC whole blocks (:func:`codl_tvm.tiling.gemm_in_place`), the 1x1 GEMM
+        reads its input where it is and writes its output, epilogue included, from the
+        registers; off: it packs the input into pixel panels and writes a packed result that
+        a pass of its own unpacks.
     """
 
     gpu_conv: str = "tiled"
@@ -105,6 +111,7 @@ class KernelVariants:
     cpu_winograd_panels: bool = True
     cpu_gemm_fit: bool = True
     cpu_matmul_rows: bool = True
+    cpu_gemm_in_place: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -183,7 +190,8 @@ DEFAULT = KernelVariants()
 # what the kernels did before a field existed, for files written then (``from_stored``)
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
-                          "cpu_gemm_fit": False, "cpu_matmul_rows": False}
+                          "cpu_gemm_fit": False, "cpu_matmul_rows": False,
+                          "cpu_gemm_in_place": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip

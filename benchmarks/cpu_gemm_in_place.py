@@ -1,0 +1,150 @@
+"""The CPU 1x1 GEMM in place against packed, kernel by kernel (``cpu_gemm_in_place``).
+
+In place (where the image's pixels fill whole register tiles) the kernel reads the input
+where it is and writes the output from its accumulators; packed, it copies the input into
+pixel panels and writes a packed result that a pass of its own unpacks. This builds the 1x1
+convs (+ bias + ReLU) of MobileNet-V2 and YOLO-V2 that run in place both ways, each reading
+its weight packed at load as in a model, checks both against the unscheduled PrimFunc, and
+times them interleaved with ``time_evaluator``, the caches flushed before each call as a
+model's previous layers leave them (7 rounds of 30 calls, the median)::
+
+    TVM_NUM_THREADS=2 python benchmarks/cpu_gemm_in_place.py --mcpu znver3 --cores 2 \
+        -o benchmarks/results/cpu-gemm-in-place.json
+
+For a machine with only the TVM runtime (the GPU machine's CPU), ``--build DIR`` exports the
+kernels instead of timing them, and ``--run DIR`` (runtime only) times them there and checks
+the two kernels' outputs against each other::
+
+    python benchmarks/cpu_gemm_in_place.py --mcpu sapphirerapids --cores 16 --build DIR
+    TVM_NUM_THREADS=16 python benchmarks/cpu_gemm_in_place.py --run DIR -o OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (IC, OC, H = W): MobileNet-V2's 1x1 convs at 28x28 to 112x112, YOLO-V2's at 104 and 52
+SHAPES = [(32, 16, 112), (16, 96, 112), (24, 144, 56), (144, 24, 56), (96, 24, 56),
+          (32, 192, 28), (192, 32, 28), (128, 64, 104), (256, 128, 52)]
+ROUNDS = 7
+
+
+def kernel(func, target, in_place: bool):
+    """The kernel that reads its weight packed (what a model with constant weights runs)."""
+    from codl_tvm.schedules import prepack
+    from codl_tvm.schedules.dispatch import schedule_func
+    from codl_tvm.schedules.target_info import target_info
+    from codl_tvm.tiling import KernelVariants, use_variants
+
+    with use_variants(KernelVariants(cpu_gemm_in_place=in_place)), prepack.capture() as box:
+        _, blocking, _ = schedule_func(func, target, target_info(target))
+    return box["kernel"], blocking
+
+
+def build(spec: dict, folder: Path | None) -> list[dict]:
+    """Each shape's two kernels for the target ``spec``: built (and exported to ``folder`` if
+    given), checked here (on this host's CPU where the target's is not runnable here)."""
+    import tvm
+
+    from codl_tvm.schedules import testing as T
+    from codl_tvm.tiling import KernelVariants, use_variants
+
+    target, cases = tvm.target.Target(spec), []
+    for ic, oc, hw in SHAPES:
+        func = T.with_target(T.conv2d_func((1, ic, hw, hw), (oc, ic, 1, 1), bias_relu=True),
+                             target)
+        case = {"ic": ic, "oc": oc, "hw": hw, "libs": {}, "tasks": {}, "rel_err": 0.0}
+        for name, in_place in (("packed", False), ("in_place", True)):
+            kern, blocking = kernel(func, target, in_place)
+            with use_variants(KernelVariants(cpu_gemm_in_place=in_place)):
+                case["rel_err"] = max(case["rel_err"], T.check_cpu(func, spec))
+            lib = T.build(kern, target)
+            if folder is not None:
+                path = folder / f"{ic}-{oc}-{hw}-{name}.so"
+                lib.export_library(str(path))
+                lib = path.name
+            case["libs"][name] = lib
+            case["tasks"][name] = blocking.num_blocks
+        case["params"] = [[int(d) for d in p.shape] for p in kern.params[:-1]]
+        cases.append(case)
+    return cases
+
+
+def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
+    """Time each case's kernels interleaved; print and return the rows."""
+    import tvm
+
+    dev, rows = tvm.cpu(), []
+    print("| IC->OC at HxW | packed us | in place us | in place / packed | rel err |")
+    print("|---|---:|---:|---:|---:|")
+    for case in cases:
+        libs = {k: tvm.runtime.load_module(str(folder / v)) if folder is not None else v
+                for k, v in case["libs"].items()}
+        rng = np.random.default_rng(0)
+        args_ = [tvm.runtime.tensor(rng.uniform(-1, 1, s).astype("float32"), dev)
+                 for s in case["params"]]
+        hw, oc = case["hw"], case["oc"]
+        outs = {k: tvm.runtime.empty((1, oc, hw, hw), "float32", dev) for k in libs}
+        for k, lib in libs.items():
+            lib["main"](*args_, outs[k])
+        a, b = outs["packed"].numpy(), outs["in_place"].numpy()
+        err = max(case["rel_err"], float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
+        times: dict[str, list[float]] = {k: [] for k in libs}
+        for _ in range(ROUNDS):
+            for k, lib in libs.items():
+                mod = lib.mod if hasattr(lib, "mod") else lib
+                timer = mod.time_evaluator("main", dev, number=1, repeat=30,
+                                           f_preproc="cache_flush_cpu_non_first_arg")
+                times[k].append(float(np.median(timer(*args_, outs[k]).results)) * 1e6)
+        us = {k: float(np.median(v)) for k, v in times.items()}
+        rows.append({"ic": case["ic"], "oc": oc, "hw": hw, "packed_us": us["packed"],
+                     "in_place_us": us["in_place"], "ratio": us["in_place"] / us["packed"],
+                     "rel_err": err, "tasks": case["tasks"]})
+        print(f"| {case['ic']}->{oc} at {hw}x{hw} | {us['packed']:.1f} | {us['in_place']:.1f} | "
+              f"{us['in_place'] / us['packed']:.2f} | {err:.1e} |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mcpu", help="llvm mcpu of the target, e.g. znver3")
+    parser.add_argument("--cores", type=int, help="num-cores of the target")
+    parser.add_argument("--build", type=Path, help="export the kernels to this new folder")
+    parser.add_argument("--run", type=Path, help="time the kernels of a --build folder")
+    parser.add_argument("-o", "--output", type=Path, help="results JSON (a new file)")
+    args = parser.parse_args()
+    if args.run is not None:
+        cases = json.loads((args.run / "cases.json").read_text())
+        target = cases[0].pop("target")
+    else:
+        if args.mcpu is None or args.cores is None:
+            parser.error("--mcpu and --cores name the target to build for")
+        target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.cores}
+        if args.build is not None:
+            tmp = args.build.with_name(f".{args.build.name}.partial")
+            tmp.mkdir(parents=True)  # fails on a leftover: never over another run's files
+            cases = build(target, tmp)
+            cases[0]["target"] = target
+            (tmp / "cases.json").write_text(json.dumps(cases, indent=1))
+            tmp.rename(args.build)  # complete, or not there at all
+            print(f"wrote {args.build}")
+            return
+        cases = build(target, None)
+    rows = time_cases(cases, args.run)
+    if args.output is not None:
+        doc = {"host": platform.processor() or platform.machine(), "target": target,
+               "rounds": ROUNDS, "rows": rows}
+        with args.output.open("x") as f:  # never over an existing file
+            json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
