@@ -73,9 +73,26 @@ def build(spec: dict, folder: Path | None) -> list[dict]:
                 lib = path.name
             case["libs"][name] = lib
             case["tasks"][name] = blocking.num_blocks
-        case["params"] = [[int(d) for d in p.shape] for p in kern.params[:-1]]
+            case.setdefault("params", {})[name] = [[int(d) for d in p.shape]
+                                                   for p in kern.params[:-1]]
         cases.append(case)
     return cases
+
+
+def inputs(ic: int, oc: int, hw: int, shapes: list[list[int]], dev) -> list:
+    """The same input, weight and bias for either kernel, the weight in the kernel's panels
+    ``[OC/mr, IC, mr]`` (the two may block OC differently)."""
+    import tvm
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (1, ic, hw, hw)).astype("float32")
+    w = rng.uniform(-1, 1, (oc, ic)).astype("float32")
+    b = rng.uniform(-1, 1, (1, oc, 1, 1)).astype("float32")
+    ocp, _, mr = shapes[1]
+    padded = np.zeros((ocp * mr, ic), "float32")
+    padded[:oc] = w
+    panels = np.ascontiguousarray(padded.reshape(ocp, mr, ic).transpose(0, 2, 1))
+    return [tvm.runtime.tensor(a, dev) for a in (x, panels, b)]
 
 
 def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
@@ -88,13 +105,11 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
     for case in cases:
         libs = {k: tvm.runtime.load_module(str(folder / v)) if folder is not None else v
                 for k, v in case["libs"].items()}
-        rng = np.random.default_rng(0)
-        args_ = [tvm.runtime.tensor(rng.uniform(-1, 1, s).astype("float32"), dev)
-                 for s in case["params"]]
         hw, oc = case["hw"], case["oc"]
+        args_ = {k: inputs(case["ic"], oc, hw, case["params"][k], dev) for k in libs}
         outs = {k: tvm.runtime.empty((1, oc, hw, hw), "float32", dev) for k in libs}
         for k, lib in libs.items():
-            lib["main"](*args_, outs[k])
+            lib["main"](*args_[k], outs[k])
         a, b = outs["packed"].numpy(), outs["in_place"].numpy()
         err = max(case["rel_err"], float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
         times: dict[str, list[float]] = {k: [] for k in libs}
@@ -103,7 +118,7 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
                 mod = lib.mod if hasattr(lib, "mod") else lib
                 timer = mod.time_evaluator("main", dev, number=1, repeat=30,
                                            f_preproc="cache_flush_cpu_non_first_arg")
-                times[k].append(float(np.median(timer(*args_, outs[k]).results)) * 1e6)
+                times[k].append(float(np.median(timer(*args_[k], outs[k]).results)) * 1e6)
         us = {k: float(np.median(v)) for k, v in times.items()}
         rows.append({"ic": case["ic"], "oc": oc, "hw": hw, "packed_us": us["packed"],
                      "in_place_us": us["in_place"], "ratio": us["in_place"] / us["packed"],
