@@ -75,8 +75,7 @@ def test_an_exact_tile_leaves_no_tail_where_one_can(pixels, lanes, most):
 def test_a_run_divides_the_tiles_and_leaves_tasks_for_the_cores(tiles, oc, cores):
     regs = Regs(8, 16, cores)
     c = ConvShape(1, 32, oc, 1, tiles * 16, 1, 1)  # one row of whole 16-pixel tiles
-    mr, _ = tiling.gemm_tiles(c, regs)
-    run = tiling.gemm_run(c, regs)
+    mr, _, run = tiling.gemm_plan(c, regs, padded=False)
     blocks = -(-oc // mr)
     assert tiles % run == 0 and run * 16 <= max(16, tiling.cpu.IN_PLACE_RUN_PIXELS)
     assert run == 1 or tiles // run * blocks >= tiling.cpu.IN_PLACE_TASKS_PER_CORE * cores

@@ -183,16 +183,13 @@ def cpu_gemm(s: OpSpec, m: Machine) -> list[float]:
     beside the panel fetches.)"""
     c = conv_shape(s)
     v = m.variants
-    mr, nv = tiling.gemm_tiles(c, m, v.cpu_gemm_rows, v.cpu_gemm_fit, v.cpu_gemm_in_place)
+    mr, nv, run = tiling.gemm_plan(c, m, any(s.pad), v.cpu_gemm_rows, v.cpu_gemm_fit,
+                                   v.cpu_gemm_in_place)
     np_ = nv * m.lanes
     pp, ocp = _cdiv(s.out_h * s.out_w, np_), _cdiv(s.OC, mr)
     waves = _cdiv(pp * ocp, m.cores)  # register tiles on the critical core
     passes = 1
-    # in place (``tiling.gemm_in_place``) no input pack and no unpack pass run, and a task
-    # is a run of tiles
-    if tiling.gemm_in_place(c, m, any(s.pad), v.cpu_gemm_in_place, v.cpu_gemm_rows,
-                            v.cpu_gemm_fit):
-        run = tiling.gemm_run(c, m, v.cpu_gemm_rows, v.cpu_gemm_fit)
+    if run:  # in place: no input pack and no unpack pass; a task is a run of tiles
         passes, waves = 0, _cdiv(pp // run * ocp, m.cores) * run
     return [
         waves * s.IC * mr * nv,  # FMAs on the critical core

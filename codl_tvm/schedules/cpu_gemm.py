@@ -84,9 +84,15 @@ def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
     return tirx.if_then_else(tirx.all(*conds), x[n, k, hi, wi], tirx.const(0.0, x.dtype))
 
 
+def plan(c: Conv2DInfo, t: TargetInfo) -> tiling.GemmPlan:
+    """The tile, and whether (and in runs of how many tiles) :func:`gemm_compute` reads its
+    input and writes its output in place (``tiling.gemm_plan``)."""
+    return tiling.gemm_plan(c, t, padded=any(c.pad))
+
+
 def in_place(c: Conv2DInfo, t: TargetInfo) -> bool:
     """Whether :func:`gemm_compute` reads its input and writes its output in place."""
-    return tiling.gemm_in_place(c, t, padded=any(c.pad))
+    return plan(c, t).in_place
 
 
 def last_block(c: Conv2DInfo, t: TargetInfo) -> str:
@@ -158,14 +164,14 @@ def gemm_compute(c: Conv2DInfo, t: TargetInfo):
 
 def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
     """Register-tile, vectorise and parallelise the blocks of :func:`gemm_compute`."""
-    mr, nv = gemm_tiles(c, t)
+    mr, nv, run = plan(c, t)
     np_ = nv * t.lanes
     gemm = sch.get_sblock("codl_gemm")
-    direct = in_place(c, t)
+    direct = run > 0
     if direct:  # (n, f, q, k): a task is a run of pixel tiles of one OC block
         n, f, q, k = sch.get_loops(gemm)
         o, i = sch.split(f, [None, mr])
-        pr, po, pv, pl = sch.split(q, [None, tiling.gemm_run(c, t), nv, t.lanes])
+        pr, po, pv, pl = sch.split(q, [None, run, nv, t.lanes])
         sch.reorder(n, pr, o, po, k, i, pv, pl)
         task, tile = sch.fuse(n, pr, o), po
     else:

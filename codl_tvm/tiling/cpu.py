@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from . import variants as _variants
 from .common import Conv, Simd
@@ -115,24 +116,6 @@ def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = No
     return mr, nv
 
 
-def gemm_in_place(c: Conv, t: Simd, padded: bool, in_place: bool | None = None,
-                  rows: bool | None = None, fit: bool | None = None) -> bool:
-    """Whether the 1x1 GEMM reads its input and writes its output where they are
-    (``KernelVariants.cpu_gemm_in_place``): at stride 1 without padding (``padded``: the
-    conv pads its input), where the image's pixels fill whole tiles, a tile's pixels are
-    consecutive floats of each input and output channel, so no packed copy of the input and
-    no unpack pass is needed; elsewhere the pixel tail needs both. (OC always fills whole
-    blocks: :func:`gemm_tiles` takes the largest block that pads it least, and a block of 1
-    pads it not at all.) ``in_place``, ``rows``, ``fit``: the variants (None: the schedules'
-    current ones)."""
-    if in_place is None:
-        in_place = _variants.current_variants().cpu_gemm_in_place
-    if not in_place or padded or tuple(c.stride) != (1, 1) or not gemm_applies(c):
-        return False
-    mr, nv = gemm_tiles(c, t, rows, fit, in_place)
-    return c.oc % mr == 0 and (c.oh * c.ow) % (nv * t.lanes) == 0
-
-
 # In place, a task computes a run of consecutive pixel tiles for one OC block, so that each of
 # its output channels is written as one run of this many pixels at most, not one tile (on 2
 # AVX2 cores, with the caches flushed before each call, MobileNet-V2's 1x1 convs at 28x28 to
@@ -143,27 +126,58 @@ IN_PLACE_RUN_PIXELS = 512
 IN_PLACE_TASKS_PER_CORE = 4
 
 
-def gemm_run(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None) -> int:
-    """Pixel tiles per task of the in-place GEMM: the most that divide the image's tiles,
-    span at most :data:`IN_PLACE_RUN_PIXELS` and leave :data:`IN_PLACE_TASKS_PER_CORE` tasks
-    per core (1 if none does)."""
-    mr, nv = gemm_tiles(c, t, rows, fit, True)
+class GemmPlan(NamedTuple):
+    """The 1x1 GEMM's register tile (``mr`` OC rows by ``nv`` pixel vectors) and, where it
+    runs in place (:func:`gemm_plan`), the pixel tiles per task (``run``; 0: packed)."""
+
+    mr: int
+    nv: int
+    run: int
+
+    @property
+    def in_place(self) -> bool:
+        return self.run > 0
+
+
+def gemm_plan(c: Conv, t: Simd, padded: bool, rows: bool | None = None,
+              fit: bool | None = None, in_place: bool | None = None) -> GemmPlan:
+    """The 1x1 GEMM's tile, and whether it reads its input and writes its output where they
+    are (``KernelVariants.cpu_gemm_in_place``): at stride 1 without padding (``padded``: the
+    conv pads its input), where the image's pixels fill whole tiles, a tile's pixels are
+    consecutive floats of each input and output channel, so no packed copy of the input and
+    no unpack pass is needed; elsewhere the pixel tail needs both. (OC always fills whole
+    blocks: :func:`gemm_tiles` takes the largest block that pads it least, and a block of 1
+    pads it not at all.) In place, a task is a run of whole tiles of one OC block: the most
+    that divide the image's tiles, span at most :data:`IN_PLACE_RUN_PIXELS` and leave
+    :data:`IN_PLACE_TASKS_PER_CORE` tasks per core (1 if none does). ``rows``, ``fit``,
+    ``in_place``: the variants (None: the schedules' current ones)."""
+    if in_place is None:
+        in_place = _variants.current_variants().cpu_gemm_in_place
+    mr, nv = gemm_tiles(c, t, rows, fit, in_place)
     np_ = nv * t.lanes
-    tiles, blocks = c.oh * c.ow // np_, c.n * math.ceil(c.oc / mr)
+    if (not in_place or padded or tuple(c.stride) != (1, 1) or not gemm_applies(c)
+            or c.oc % mr or (c.oh * c.ow) % np_):
+        return GemmPlan(mr, nv, 0)
+    tiles, blocks = c.oh * c.ow // np_, c.n * (c.oc // mr)
     want = IN_PLACE_TASKS_PER_CORE * t.cores
-    return max([r for r in range(1, max(1, IN_PLACE_RUN_PIXELS // np_) + 1)
-                if tiles % r == 0 and (r == 1 or tiles // r * blocks >= want)])
+    run = max([r for r in range(1, max(1, IN_PLACE_RUN_PIXELS // np_) + 1)
+               if tiles % r == 0 and (r == 1 or tiles // r * blocks >= want)])
+    return GemmPlan(mr, nv, run)
+
+
+def gemm_in_place(c: Conv, t: Simd, padded: bool, in_place: bool | None = None,
+                  rows: bool | None = None, fit: bool | None = None) -> bool:
+    """Whether the 1x1 GEMM runs in place (:func:`gemm_plan`)."""
+    return gemm_plan(c, t, padded, rows, fit, in_place).in_place
 
 
 def gemm_tasks(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = None, *,
                padded: bool = False, in_place: bool | None = None) -> int:
-    """Parallel tasks: (pixel tile, OC block), or where the GEMM runs in place
-    (:func:`gemm_in_place`), (run of :func:`gemm_run` pixel tiles, OC block)."""
-    mr, nv = gemm_tiles(c, t, rows, fit, in_place)
-    tiles = math.ceil(c.oh * c.ow / (nv * t.lanes))
-    if gemm_in_place(c, t, padded, in_place, rows, fit):
-        tiles //= gemm_run(c, t, rows, fit)
-    return c.n * tiles * math.ceil(c.oc / mr)
+    """Parallel tasks: (pixel tile, OC block), or in place (:func:`gemm_plan`), (run of
+    pixel tiles, OC block)."""
+    plan = gemm_plan(c, t, padded, rows, fit, in_place)
+    tiles = math.ceil(c.oh * c.ow / (plan.nv * t.lanes)) // max(1, plan.run)
+    return c.n * tiles * math.ceil(c.oc / plan.mr)
 
 
 # ---- CPU Winograd F(2x2, 3x3) ---------------------------------------------------------
