@@ -15,11 +15,12 @@ loop; (pixel tile, OC block) tasks run in parallel. The dispatch sends it every 
 conv (``tiling.gemm_wins``); at stride > 1 it was measured against the direct conv and left
 to it.
 
-Where the pixels fill whole tiles and OC whole blocks of an unpadded stride-1 conv
-(``tiling.gemm_in_place``), a tile's pixels are already consecutive floats of each input
-channel and output channel: the kernel reads the input where it is and writes the output
-(epilogue included) straight from the accumulator, with no packed input and no unpack pass.
-On large images the passes moved three times the output's bytes through the caches.
+Where the pixels of an unpadded stride-1 conv fill whole tiles (``tiling.gemm_plan``), a
+tile's pixels are already consecutive floats of each input channel and output channel: the
+kernel reads the input where it is and writes the output (epilogue included) straight from
+the accumulator, with no packed input and no unpack pass, a task computing a run of tiles of
+one OC block. On large images the passes moved three times the output's bytes through the
+caches.
 """
 
 from __future__ import annotations
