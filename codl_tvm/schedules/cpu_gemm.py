@@ -62,16 +62,6 @@ def wins(info: OpInfo, t: TargetInfo) -> bool:
     return info.dtype == "float32" and c is not None and tiling.gemm_wins(c, t)
 
 
-def gemm_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
-    """(mr, nv): OC rows and pixel SIMD vectors of the register tile.
-
-    ``nv`` is as large as the pixel count fills; ``mr`` is the largest block, within the
-    accumulator budget (registers minus ``nv`` loads and one broadcast), with the least
-    padding of OC.
-    """
-    return tiling.gemm_tiles(c, t)
-
-
 def _padded_pixel(c: Conv2DInfo, x: te.Tensor, n, k, q):
     """Input value feeding output pixel ``q`` (row-major over OH x OW), 0 in the pad/tail."""
     top, left = c.pad[0], c.pad[1]
@@ -122,7 +112,7 @@ def _in_place_body(c: Conv2DInfo, mr: int):
 
 def gemm_compute(c: Conv2DInfo, t: TargetInfo):
     """The kernel ``(x, w) -> out`` for :func:`rebuild.rebuild`, its weight pass apart."""
-    mr, nv = gemm_tiles(c, t)
+    mr, nv, run = plan(c, t)
     np_ = nv * t.lanes
     ocp = math.ceil(c.oc / mr)
     pixels = c.oh * c.ow
@@ -137,7 +127,7 @@ def gemm_compute(c: Conv2DInfo, t: TargetInfo):
             name="codl_wpack",
         )
 
-    if in_place(c, t):
+    if run:
         return WeightPacked(pack, _in_place_body(c, mr))
 
     def body(x: te.Tensor, wpk: te.Tensor) -> te.Tensor:
