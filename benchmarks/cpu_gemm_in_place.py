@@ -11,6 +11,10 @@ model's previous layers leave them (7 rounds of 30 calls, the median)::
     TVM_NUM_THREADS=2 python benchmarks/cpu_gemm_in_place.py --mcpu znver3 --cores 2 \
         -o benchmarks/results/cpu-gemm-in-place.json
 
+``--run-pixels N`` builds the in-place kernel with runs of at most N pixels per task
+(``tiling.cpu.IN_PLACE_RUN_PIXELS``; 16 on AVX2: one tile per task) against the same packed
+kernel.
+
 For a machine with only the TVM runtime (the GPU machine's CPU), ``--build DIR`` exports the
 kernels instead of timing them, and ``--run DIR`` (runtime only) times them there and checks
 the two kernels' outputs against each other::
@@ -134,8 +138,14 @@ def main() -> None:
     parser.add_argument("--cores", type=int, help="num-cores of the target")
     parser.add_argument("--build", type=Path, help="export the kernels to this new folder")
     parser.add_argument("--run", type=Path, help="time the kernels of a --build folder")
+    parser.add_argument("--run-pixels", type=int,
+                        help="in place: at most this many pixels per task (default: the rule's)")
     parser.add_argument("-o", "--output", type=Path, help="results JSON (a new file)")
     args = parser.parse_args()
+    if args.run_pixels is not None:
+        from codl_tvm.tiling import cpu
+
+        cpu.IN_PLACE_RUN_PIXELS = args.run_pixels
     if args.run is not None:
         cases = json.loads((args.run / "cases.json").read_text())
         target = cases[0].pop("target")
@@ -156,7 +166,7 @@ def main() -> None:
     rows = time_cases(cases, args.run)
     if args.output is not None:
         doc = {"host": platform.processor() or platform.machine(), "target": target,
-               "rounds": ROUNDS, "rows": rows}
+               "rounds": ROUNDS, "run_pixels": args.run_pixels, "rows": rows}
         with args.output.open("x") as f:  # never over an existing file
             json.dump(doc, f, indent=1)
 

@@ -3,8 +3,8 @@
 Engines timed in one process leave worker threads behind them: TVM's pool spins for a fixed
 count of yields after each parallel call (a few tenths of a second on 2 cores), onnxruntime's
 and OpenMP's for their own spans. Timing the next engine while they spin gives it fewer cores:
-on the 2-core dev host onnxruntime's MobileNet-V2 ran 17 ms instead of 5 after a fixed 0.1 s
-pause behind codl-tvm's calls.
+on the 2-core dev host onnxruntime's MobileNet-V2 took 16.4-17.2 ms after a fixed 0.1 s pause
+behind codl-tvm's calls, 5.0-6.6 ms with this wait (benchmarks/ANCHORS.md).
 """
 
 from __future__ import annotations

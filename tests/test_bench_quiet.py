@@ -1,6 +1,6 @@
 """Benchmarks time each engine with the process's other threads idle
 (``benchmarks/quiet.py``): a regression test for onnxruntime timed while codl-tvm's workers
-still spun (MobileNet-V2 17 ms instead of 5 on 2 cores)."""
+still spun (MobileNet-V2 16.4-17.2 ms instead of 5.0-6.6 on 2 cores)."""
 
 from __future__ import annotations
 

@@ -118,9 +118,10 @@ def gemm_tiles(c: Conv, t: Simd, rows: bool | None = None, fit: bool | None = No
 
 # In place, a task computes a run of consecutive pixel tiles for one OC block, so that each of
 # its output channels is written as one run of this many pixels at most, not one tile (on 2
-# AVX2 cores, with the caches flushed before each call, MobileNet-V2's 1x1 convs at 28x28 to
-# 112x112 took 0.46-0.66x the packed GEMM's time with runs of 512 pixels, and 0.74-1.30x with
-# one tile: one tile per task writes each of OC rows 64 bytes at a time)...
+# AVX2 cores, caches flushed before each call, MobileNet-V2's and YOLO-V2's in-place 1x1 convs
+# took 0.46-0.73x the packed GEMM's time with runs of 512 pixels, one 1.00x, and 0.73-1.34x
+# with one tile per task, which writes each of OC rows 64 bytes at a time:
+# benchmarks/cpu_gemm_in_place.py [--run-pixels 16])...
 IN_PLACE_RUN_PIXELS = 512
 # ... while leaving at least this many tasks per core where the image has them
 IN_PLACE_TASKS_PER_CORE = 4
