@@ -58,7 +58,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_matmul_rows=on|off (off: with 16 vector registers the CPU's packed "
                         "matmul keeps 4x4 accumulators, not 6x2), "
                         "cpu_gemm_in_place=on|off (off: the CPU 1x1 GEMM always packs its "
-                        "input and unpacks its result in passes of their own); "
+                        "input and unpacks its result in passes of their own), "
+                        "cpu_depthwise_phases=on|off (off: the CPU's strided depthwise conv "
+                        "reads each input vector lane by lane); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

@@ -21,8 +21,8 @@ blocks on ``blockIdx.z`` and the second sum pass), ``schedules/gpu_winograd.py``
 (F(2x2,3x3) on the GPU: 16 batched GEMMs on ``blockIdx.z`` with the tiled conv's default
 tile table, three transform kernels), ``schedules/cpu_conv.py``
 (``conv_tiles``: ``ocb`` channels x ``x_tile`` columns per task),
-``schedules/cpu_rules.py`` (depthwise: one task per block of rows of a channel; pool: one
-task per (channel, row); gemv: column blocks
+``schedules/cpu_group_conv.py`` (one task per block of rows of a channel),
+``schedules/cpu_rules.py`` (pool: one task per (channel, row); gemv: column blocks
 of ``2*lanes`` grouped 16 per task plus a scalar tail) and ``schedules/gpu_rules.py``
 (DLight Fallback: one output per thread, 1024 threads per block; DLight Matmul, only with the
 kernel variant ``gpu_conv="dlight"``: 64 OC x 32 output pixels per 128-thread block).

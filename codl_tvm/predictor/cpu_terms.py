@@ -3,8 +3,8 @@
 Every term counts the work of the critical core (waves of parallel tasks over ``m.cores``) or a
 parallel memory pass, and the cache, TLB and code-generation regimes read off the kernels'
 compiled code on the H100 host's Sapphire Rapids (assembly of the LLVM output). Mirrors
-``schedules/cpu_conv.py``, ``cpu_gemm.py``, ``cpu_winograd.py`` and ``cpu_rules.py``' grouped
-conv; pooling, GEMV and elementwise passes are in ``cpu_stream_terms``.
+``schedules/cpu_conv.py``, ``cpu_gemm.py``, ``cpu_winograd.py`` and ``cpu_group_conv.py``;
+pooling, GEMV and elementwise passes are in ``cpu_stream_terms``.
 """
 
 from __future__ import annotations
@@ -270,9 +270,11 @@ def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
     (:func:`codl_tvm.tiling.depthwise_rows`; one row where the kernel variant
     ``cpu_depthwise_blocks`` is off), output columns in SIMD lanes. A stride-2 input vector is
     gathered from ``lanes`` scalar loads and inserts (the compiled kernel's assembly: ~30
-    instructions for 2), so strided window steps have their own unit time; the padded input
-    rows (each task's own, or one pass over the whole input), the output written out, and a
-    fixed cost per task (its accumulator workspace, weight broadcasts, loop setup)."""
+    instructions for 2), so strided window steps have their own unit time, unless the input is
+    padded into column phases (``cpu_depthwise_phases``), where every step loads whole vectors;
+    the padded input rows (each task's own, or one pass over the whole input), the output
+    written out, and a fixed cost per task (its accumulator workspace, weight broadcasts, loop
+    setup)."""
     blocks = m.variants.cpu_depthwise_blocks
     rows, tasks = depthwise_tasks(s, m)
     vx = _cdiv(s.out_w, m.lanes)
@@ -280,7 +282,7 @@ def cpu_depthwise(s: OpSpec, m: Machine) -> list[float]:
     hp, wp = padded_in(s, vx * m.lanes)
     pad_rows = (rows - 1) * s.SH + (s.KH - 1) * s.dilation + 1
     padded = tasks * pad_rows * wp if blocks else s.IC * hp * wp
-    strided = s.SW > 1
+    strided = s.SW > 1 and not m.variants.cpu_depthwise_phases
     return [
         waves * rows * vx * s.reduction * (not strided),
         waves * rows * vx * s.reduction * strided,

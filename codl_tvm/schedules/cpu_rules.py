@@ -1,4 +1,4 @@
-"""CPU kernels other than the dense direct conv: grouped/depthwise conv, pooling, matmul."""
+"""CPU kernels other than the convs: pooling and matmul."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from tvm.s_tir.schedule import SBlockRV
 
 from codl_tvm import tiling
 
-from .analysis import Conv2DInfo, OpInfo
+from .analysis import OpInfo
 from .blocking import Blocking
-from .cpu_conv import out_shape, padded_input
 from .prepack import WeightPacked, has_block
 from .target_info import TargetInfo
 
@@ -22,70 +21,6 @@ PANEL_VECTORS = (4, 2)  # packed matmul: weight panel widths tried, in SIMD vect
 # register for the panel's loads and the row's broadcast, so panels of 2 vectors by 6 rows
 # (12 accumulators, the tile of MLAS's AVX2 SGEMM kernel and of the 1x1 GEMM's cpu_gemm_rows)
 NARROW_PANEL_VECTORS, NARROW_PANEL_ROWS = (2,), 6
-
-
-def grouped_compute(c: Conv2DInfo, t: TargetInfo):
-    """``build(x, w) -> out`` for grouped/depthwise conv, output columns in SIMD lanes."""
-    owp = math.ceil(c.ow / t.lanes) * t.lanes
-    (sh, sw), (dh, dw) = c.stride, c.dilation
-    hp = (c.oh - 1) * sh + (c.kh - 1) * dh + 1
-    wp = (owp - 1) * sw + (c.kw - 1) * dw + 1
-    ocg, icg = c.oc // c.groups, c.ic_per_group
-
-    def build(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-        xp = padded_input(c, x, hp, wp)
-        rc = te.reduce_axis((0, icg), name="rc")
-        ry = te.reduce_axis((0, c.kh), name="ry")
-        rx = te.reduce_axis((0, c.kw), name="rx")
-        acc = te.compute(
-            (c.n, c.oc, c.oh, owp),
-            lambda n, f, y, xx: te.sum(
-                xp[n, f // ocg * icg + rc, y * sh + ry * dh, xx * sw + rx * dw]
-                * w[f, rc, ry, rx],
-                axis=[rc, ry, rx],
-            ),
-            name="codl_conv",
-        )
-        return te.compute(out_shape(c), lambda *i: acc[i], name="codl_unpack")
-
-    return build
-
-
-def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blocking:
-    """A task per block of output rows of one channel (:func:`tiling.depthwise_rows`), output
-    columns in SIMD lanes. With ``cpu_depthwise_blocks`` (the default) a task pads the input
-    rows it reads and writes its rows out (the epilogue goes there too) itself, in its cache;
-    off, padding and write-out are parallel passes of their own over the whole tensors."""
-    blocks = tiling.current_variants().cpu_depthwise_blocks
-    rows = tiling.depthwise_rows(c.n, c.oc, c.oh, t.cores, blocks)
-    conv = sch.get_sblock("codl_conv")
-    n, f, y, x, rc, ry, rx = sch.get_loops(conv)
-    yo, yi = sch.split(y, [None, rows])
-    xo, xi = sch.split(x, [None, t.lanes])
-    sch.reorder(n, f, yo, yi, xo, rc, ry, rx, xi)
-    task = sch.fuse(n, f, yo)
-    sch.parallel(task)
-    acc = sch.cache_write(conv, 0, "local")
-    sch.reverse_compute_at(acc, xo)
-    sch.vectorize(xi)
-    sch.decompose_reduction(conv, rc)
-    sch.vectorize(sch.get_loops(sch.get_sblock("codl_conv_init"))[-1])
-    sch.vectorize(sch.get_loops(acc)[-1])
-    if blocks:
-        sch.compute_at(sch.get_sblock("codl_pad"), task)
-        sch.reverse_compute_at(sch.get_sblock("codl_unpack"), task)
-    else:
-        for name in ("codl_pad", "codl_unpack"):
-            loops = sch.get_loops(sch.get_sblock(name))
-            sch.parallel(sch.fuse(*loops[:-1]))
-    tasks = c.n * c.oc * math.ceil(c.oh / rows)
-    return Blocking(
-        algorithm="depthwise-direct" if c.depthwise else "group-direct", processor="cpu",
-        op="depthwise_conv2d" if c.depthwise else "group_conv2d",
-        output_size=c.n * c.oc * c.oh * c.ow, block_shape={"oc": 1, "h": rows, "w": c.ow},
-        basic_unit_shape={"w": t.lanes}, num_blocks=tasks, cores=t.cores,
-        vector_lanes=t.lanes, grid={"parallel": tasks}, rule=rule,
-    )
 
 
 def schedule_pool(sch: Schedule, info: OpInfo, t: TargetInfo, rule: str) -> Blocking:

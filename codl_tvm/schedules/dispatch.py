@@ -27,6 +27,7 @@ from . import (
     conv_transpose,
     cpu_conv,
     cpu_gemm,
+    cpu_group_conv,
     cpu_rules,
     cpu_winograd,
     gpu_conv,
@@ -130,8 +131,8 @@ def cpu_winograd_f23(func, info, _target, t, name) -> Scheduled:
 def cpu_grouped(func, info, _target, t, name) -> Scheduled:
     c = info.conv
     return _te_kernel(
-        func, info, t, cpu_rules.grouped_compute(c, t),
-        lambda sch: cpu_rules.schedule_grouped(sch, c, t, name),
+        func, info, t, cpu_group_conv.grouped_compute(c, t),
+        lambda sch: cpu_group_conv.schedule_grouped(sch, c, t, name),
     )
 
 

@@ -264,7 +264,7 @@ def pool_copies_rows(is_max: bool, padded_rows: int) -> bool:
     return is_max and padded_rows > 0
 
 
-# ---- CPU grouped/depthwise conv (mirror of cpu_rules.schedule_grouped) -----------------------
+# ---- CPU grouped/depthwise conv (mirror of cpu_group_conv.schedule_grouped) ------------------
 DW_TASKS_PER_CORE = 8  # tasks per core a depthwise conv keeps, for balance across cores
 
 

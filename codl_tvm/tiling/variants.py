@@ -21,7 +21,7 @@ CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
-               "cpu_matmul_rows", "cpu_gemm_in_place")
+               "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +96,11 @@ class KernelVariants:
         reads its input where it is and writes its output, epilogue included, from the
         registers; off: it packs the input into pixel panels and writes a packed result that
         a pass of its own unpacks.
+    cpu_depthwise_phases : bool
+        On (the default): at column stride ``s > 1`` the grouped/depthwise conv pads its
+        input into ``s`` column phases per row
+        (:func:`codl_tvm.schedules.cpu_group_conv.phased_input`), so every window column reads
+        whole vectors; off: it reads each vector from a strided row, lane by lane.
     """
 
     gpu_conv: str = "tiled"
@@ -112,6 +117,7 @@ class KernelVariants:
     cpu_gemm_fit: bool = True
     cpu_matmul_rows: bool = True
     cpu_gemm_in_place: bool = True
+    cpu_depthwise_phases: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -191,7 +197,7 @@ DEFAULT = KernelVariants()
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
-                          "cpu_gemm_in_place": False}
+                          "cpu_gemm_in_place": False, "cpu_depthwise_phases": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
