@@ -98,7 +98,8 @@ def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> 
     sch.vectorize(sch.get_loops(sch.get_sblock("codl_conv_init"))[-1])
     sch.vectorize(sch.get_loops(acc)[-1])
     if blocks:
-        sch.compute_at(sch.get_sblock("codl_pad"), task)
+        # unit loops kept: the pad's loops stay (rows, [phase,] columns) whatever it reads
+        sch.compute_at(sch.get_sblock("codl_pad"), task, preserve_unit_loops=True)
         _partition_columns(sch, c)
         sch.reverse_compute_at(sch.get_sblock("codl_unpack"), task)
     else:
