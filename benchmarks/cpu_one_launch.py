@@ -1,10 +1,10 @@
-"""What a parallel launch costs on this CPU, and what one launch per kernel saves
-(``cpu_one_launch``).
+"""What a parallel launch of TVM's CPU thread pool costs on this CPU, and a barrier inside one.
 
 Times a kernel of one trivial parallel loop (one launch), of three such loops in a row (three
 launches, as a CPU kernel's pack, compute and unpack passes run), and the same three loops in
-one launch with barriers between them (:func:`codl_tvm.schedules.launch.one_launch`), each
-over 16 and 64 iterations, at each thread count of ``--threads``::
+one launch with barriers between them (TVM's ``pragma_parallel_launch_point`` and
+``pragma_parallel_barrier_when_finish``), each over 16 and 64 iterations, at each thread count
+of ``--threads``::
 
     python benchmarks/cpu_one_launch.py --threads 1,2 -o benchmarks/results/cpu-one-launch.json
 
@@ -37,35 +37,39 @@ def kernel(name: str, tasks: int):
     """The PrimFunc ``name`` over ``tasks`` iterations a loop."""
     from tvm.script import tirx as T
 
-    from codl_tvm.schedules.launch import one_launch
-
     @T.prim_func(s_tir=True)
     def one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32"),
             c: T.Buffer((64,), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for i in T.parallel(tasks):
-            with T.sblock("b"):
-                v = T.axis.spatial(64, i)
-                b[v] = a[v] + T.float32(1)
+            b[i] = a[i] + T.float32(1)
 
     @T.prim_func(s_tir=True)
     def three(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32"),
               c: T.Buffer((64,), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for i in T.parallel(tasks):
-            with T.sblock("c"):
-                v = T.axis.spatial(64, i)
-                c[v] = a[v] + T.float32(1)
+            c[i] = a[i] + T.float32(1)
         for i in T.parallel(tasks):
-            with T.sblock("b"):
-                v = T.axis.spatial(64, i)
-                b[v] = c[v] * T.float32(2)
+            b[i] = c[i] * T.float32(2)
         for i in T.parallel(tasks):
-            with T.sblock("c2"):
-                v = T.axis.spatial(64, i)
-                c[v] = b[v] + a[v]
+            c[i] = b[i] + a[i]
 
-    return {"one-loop": one, "three-launches": three, "one-launch": one_launch(three)}[name]
+    @T.prim_func(s_tir=True)
+    def launched(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32"),
+                 c: T.Buffer((64,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        with T.attr(0, "pragma_parallel_launch_point", 1):
+            with T.attr(0, "pragma_parallel_barrier_when_finish", 1):
+                for i in T.parallel(tasks):
+                    c[i] = a[i] + T.float32(1)
+            with T.attr(0, "pragma_parallel_barrier_when_finish", 1):
+                for i in T.parallel(tasks):
+                    b[i] = c[i] * T.float32(2)
+            for i in T.parallel(tasks):
+                c[i] = b[i] + a[i]
+
+    return {"one-loop": one, "three-launches": three, "one-launch": launched}[name]
 
 
 def build(mcpu: str | None, folder: Path) -> None:

@@ -60,9 +60,7 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_gemm_in_place=on|off (off: the CPU 1x1 GEMM always packs its "
                         "input and unpacks its result in passes of their own), "
                         "cpu_depthwise_phases=on|off (off: the CPU's strided depthwise conv "
-                        "reads each input vector lane by lane), "
-                        "cpu_one_launch=on|off (off: one parallel launch per pass of a CPU "
-                        "kernel, not one per kernel); "
+                        "reads each input vector lane by lane); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

@@ -7,12 +7,9 @@ import logging
 import tvm
 from tvm import relax, tirx
 
-from codl_tvm import tiling
-
 from .analysis import target_of
 from .blocking import ATTR_KEY, attach
 from .dispatch import schedule_func
-from .launch import is_cpu, one_launch
 from .prepack import PREPACK_ATTR, capture
 from .target_info import target_info
 
@@ -43,9 +40,6 @@ class ApplySchedules:
             for reason in skipped:
                 log.info("%s: rule skipped (%s)", gvar.name_hint, reason)
             new = new.with_attr("target", target).with_attr("tirx.is_scheduled", True)
-            if is_cpu(target) and tiling.current_variants().cpu_one_launch:
-                new = one_launch(new)
-                offered = {role: one_launch(part) for role, part in offered.items()}
             if offered:
                 versions[gvar] = dict(offered)
             updates[gvar] = attach(new, blocking)

@@ -21,8 +21,7 @@ CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
-               "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
-               "cpu_one_launch")
+               "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +101,6 @@ class KernelVariants:
         input into ``s`` column phases per row
         (:func:`codl_tvm.schedules.cpu_group_conv.phased_input`), so every window column reads
         whole vectors; off: it reads each vector from a strided row, lane by lane.
-    cpu_one_launch : bool
-        On (the default): a CPU kernel whose root statements are all parallel loops (its
-        passes) runs them in one parallel launch with a barrier between them
-        (:func:`codl_tvm.schedules.launch.one_launch`); off: one launch per loop.
     """
 
     gpu_conv: str = "tiled"
@@ -123,7 +118,6 @@ class KernelVariants:
     cpu_matmul_rows: bool = True
     cpu_gemm_in_place: bool = True
     cpu_depthwise_phases: bool = True
-    cpu_one_launch: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -203,8 +197,7 @@ DEFAULT = KernelVariants()
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
-                          "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
-                          "cpu_one_launch": False}
+                          "cpu_gemm_in_place": False, "cpu_depthwise_phases": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
