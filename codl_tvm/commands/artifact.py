@@ -60,7 +60,9 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_gemm_in_place=on|off (off: the CPU 1x1 GEMM always packs its "
                         "input and unpacks its result in passes of their own), "
                         "cpu_depthwise_phases=on|off (off: the CPU's strided depthwise conv "
-                        "reads each input vector lane by lane); "
+                        "reads each input vector lane by lane), "
+                        "cpu_winograd_64x64=on|off (off: 3x3 convs of 64 to 64 channels run "
+                        "the CPU's direct conv, not its Winograd); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

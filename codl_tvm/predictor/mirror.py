@@ -98,7 +98,8 @@ def _cpu_gemm(s: OpSpec, m: Machine) -> Kernel | None:
 
 
 def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
-    if not is_dense_conv(s) or not tiling.winograd_wins(c := conv_shape(s)):
+    narrow = m.variants.cpu_winograd_64x64
+    if not is_dense_conv(s) or not tiling.winograd_wins(c := conv_shape(s), narrow):
         return None
     return Kernel("winograd-2x2-3x3", tiling.winograd_tasks(c, m))
 

@@ -46,15 +46,22 @@ def applies(c: Conv2DInfo) -> bool:
 
 
 def wins(info: OpInfo, _t: TargetInfo) -> bool:
-    """Dispatch predicate, from measurements on the dev CPU (2 cores, znver4).
+    """Dispatch predicate: 3x3 stride-1 convs of at least 64 channels in and out
+    (``tiling.winograd_wins``).
 
-    Winograd beat the direct NCHWc kernel by 1.16-2.8x on every 3x3 s1 workload shape with
-    IC >= 64, OC >= 64 and IC*OC >= 64*128 (15 shapes, 13x13 to 128x160), and lost where the
-    channels are few (IC 3: 0.6-0.7x; 32->64: 0.87x; 64->64 at 256x256: 0.74x): there the
-    memory-bound transforms (~16 values per input and output pixel) outweigh the 2.25x fewer
-    multiplies. H-split parts (1, 3, 5, 7 output rows of 13-104 wide layers with
-    IC*OC >= 128*256) won 1.5-2.0x too, one-row parts included (half of each 2x2 tile is
-    wasted there, but the direct kernel's per-call weight packing costs as much).
+    First from measurements on a 2-core znver4 dev CPU, before the Winograd's operands were
+    stored as panels: Winograd beat the direct NCHWc kernel by 1.16-2.8x on every 3x3 s1
+    workload shape with IC >= 64, OC >= 64 and IC*OC >= 64*128 (15 shapes, 13x13 to
+    128x160), and lost where the channels are few (IC 3: 0.6-0.7x; 32->64: 0.87x; 64->64 at
+    256x256: 0.74x): there the memory-bound transforms (~16 values per input and output
+    pixel) outweigh the 2.25x fewer multiplies. H-split parts (1, 3, 5, 7 output rows of
+    13-104 wide layers with IC*OC >= 128*256) won 1.5-2.0x too, one-row parts included.
+    With the panels (``benchmarks/cpu_conv_rules.py``, both kernels reading packed weights,
+    caches flushed before each call), 64->64 convs run Winograd too
+    (``cpu_winograd_64x64``): on the GPU machine's 16-core Sapphire Rapids 0.66-0.79x the
+    direct conv's time at 28x28 to 112x112 (three runs, 16 and 4 threads); on 2 Zen 3 cores
+    0.64-0.97x at 28x28 and 56x56 (noisy between runs), 1.01-1.04x at 112x112 and 224x224.
+    32->64 stays direct (0.75-1.20x there, 0.84-0.97x on the 16 cores).
     """
     c = info.conv
     return info.dtype == "float32" and c is not None and tiling.winograd_wins(c)

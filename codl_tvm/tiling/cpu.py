@@ -192,9 +192,14 @@ def winograd_applies(c: Conv) -> bool:
     )  # fmt: skip
 
 
-def winograd_wins(c: Conv) -> bool:
-    """Shape part of ``cpu_winograd.wins`` (see there for the measurements behind it)."""
-    return winograd_applies(c) and c.ic >= 64 and c.oc >= 64 and c.ic * c.oc >= 64 * 128
+def winograd_wins(c: Conv, narrow: bool | None = None) -> bool:
+    """Shape part of ``cpu_winograd.wins`` (see there for the measurements behind it): 64 or
+    more channels in and out, and with ``narrow`` off (``KernelVariants.cpu_winograd_64x64``;
+    None: the schedules' current variants) at least 64 x 128 of them."""
+    if narrow is None:
+        narrow = _variants.current_variants().cpu_winograd_64x64
+    return (winograd_applies(c) and c.ic >= 64 and c.oc >= 64
+            and (narrow or c.ic * c.oc >= 64 * 128))
 
 
 def winograd_grid(c: Conv) -> tuple[int, int]:

@@ -21,7 +21,8 @@ CPU_GEMM_CHOICES = ("measured", "always")
 CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
-               "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases")
+               "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
+               "cpu_winograd_64x64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +102,10 @@ class KernelVariants:
         input into ``s`` column phases per row
         (:func:`codl_tvm.schedules.cpu_group_conv.phased_input`), so every window column reads
         whole vectors; off: it reads each vector from a strided row, lane by lane.
+    cpu_winograd_64x64 : bool
+        On (the default): the CPU's Winograd takes every 3x3 stride-1 conv of at least 64
+        channels in and out (:func:`codl_tvm.tiling.winograd_wins`); off: only those with at
+        least 64 x 128 (64 to 64 channels run the direct conv).
     """
 
     gpu_conv: str = "tiled"
@@ -118,6 +123,7 @@ class KernelVariants:
     cpu_matmul_rows: bool = True
     cpu_gemm_in_place: bool = True
     cpu_depthwise_phases: bool = True
+    cpu_winograd_64x64: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -197,7 +203,8 @@ DEFAULT = KernelVariants()
 BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
-                          "cpu_gemm_in_place": False, "cpu_depthwise_phases": False}
+                          "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
+                          "cpu_winograd_64x64": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
