@@ -19,15 +19,15 @@ two rules' outputs against each other::
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kernel_ab  # noqa: E402
 
 # (IC, OC, H = W): ResNet-18/34's stages (64 at 56, 128 at 28, 256 at 14, 512 at 7), VGG-16's
 # 64-channel convs at 224 and 112, a 32->64 and a 64->128
@@ -121,16 +121,10 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
             args = [tvm.runtime.tensor(src[0], dev), w, tvm.runtime.tensor(src[2], dev), out]
             lib["main"](*args)
             outs[name] = out.numpy()
-            calls[name] = (lib.mod if hasattr(lib, "mod") else lib, args)
+            calls[name] = (lib, args)
         a, b = outs[RULES[0]], outs[RULES[1]]
-        err = max(case["rel_err"], float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
-        times: dict[str, list[float]] = {k: [] for k in RULES}
-        for _ in range(ROUNDS):
-            for name, (mod, args) in calls.items():
-                timer = mod.time_evaluator("main", dev, number=1, repeat=30,
-                                           f_preproc="cache_flush_cpu_non_first_arg")
-                times[name].append(float(np.median(timer(*args).results)) * 1e6)
-        us = {k: float(np.median(v)) for k, v in times.items()}
+        err = max(case["rel_err"], kernel_ab.rel_diff(a, b))
+        us = kernel_ab.interleaved_us(calls, ROUNDS)
         d, w_ = us[RULES[0]], us[RULES[1]]
         rows.append({"ic": ic, "oc": oc, "hw": hw, "direct_us": d, "winograd_us": w_,
                      "ratio": w_ / d, "rel_err": err})
@@ -139,40 +133,12 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mcpu", help="llvm mcpu of the target, e.g. znver3")
-    parser.add_argument("--cores", type=int, help="num-cores of the target")
-    parser.add_argument("--build", type=Path, help="export the kernels to this new folder")
-    parser.add_argument("--run", type=Path, help="time the kernels of a --build folder")
-    parser.add_argument("--shapes", help="IC-OC-HW,... instead of the default shapes")
-    parser.add_argument("-o", "--output", type=Path, help="results JSON (a new file)")
-    args = parser.parse_args()
+    p = kernel_ab.parser(__doc__)
+    p.add_argument("--shapes", help="IC-OC-HW,... instead of the default shapes")
+    args = p.parse_args()
     if args.shapes:
         SHAPES[:] = [tuple(int(v) for v in s.split("-")) for s in args.shapes.split(",")]
-    if args.run is not None:
-        cases = json.loads((args.run / "cases.json").read_text())
-        target = cases[0].pop("target")
-    else:
-        if args.mcpu is None or args.cores is None:
-            parser.error("--mcpu and --cores name the target to build for")
-        target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.cores}
-        if args.build is not None:
-            tmp = args.build.with_name(f".{args.build.name}.partial")
-            tmp.mkdir(parents=True)  # fails on a leftover: never over another run's files
-            cases = build(target, tmp)
-            cases[0]["target"] = target
-            (tmp / "cases.json").write_text(json.dumps(cases, indent=1))
-            tmp.rename(args.build)  # complete, or not there at all
-            print(f"wrote {args.build}")
-            return
-        cases = build(target, None)
-    rows = time_cases(cases, args.run)
-    if args.output is not None:
-        doc = {"host": platform.processor() or platform.machine(), "target": target,
-               "rounds": ROUNDS, "rows": rows}
-        with args.output.open("x") as f:  # never over an existing file
-            json.dump(doc, f, indent=1)
-
+    kernel_ab.run(p, args, build, time_cases, ROUNDS)
 
 if __name__ == "__main__":
     main()

@@ -21,15 +21,15 @@ outputs against each other::
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kernel_ab  # noqa: E402
 
 # (channels, input H = W, stride): MobileNet-V2's depthwise 3x3 convs, padding 1
 SHAPES = [(96, 112, 2), (144, 56, 2), (192, 28, 2), (576, 14, 2),
@@ -89,15 +89,9 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
         for k, lib in libs.items():
             lib["main"](*args, outs[k])
         a, b = outs["strided"].numpy(), outs["phased"].numpy()
-        err = max(case["rel_err"], float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
-        times: dict[str, list[float]] = {k: [] for k in libs}
-        for _ in range(ROUNDS):
-            for k, lib in libs.items():
-                mod = lib.mod if hasattr(lib, "mod") else lib
-                timer = mod.time_evaluator("main", dev, number=1, repeat=30,
-                                           f_preproc="cache_flush_cpu_non_first_arg")
-                times[k].append(float(np.median(timer(*args, outs[k]).results)) * 1e6)
-        us = {k: float(np.median(v)) for k, v in times.items()}
+        err = max(case["rel_err"], kernel_ab.rel_diff(a, b))
+        us = kernel_ab.interleaved_us({k: (lib, [*args, outs[k]]) for k, lib in libs.items()},
+                                      ROUNDS)
         ratio = us["phased"] / us["strided"]
         rows.append({"channels": c, "hw": hw, "stride": stride, "strided_us": us["strided"],
                      "phased_us": us["phased"], "ratio": ratio, "rel_err": err})
@@ -107,37 +101,8 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mcpu", help="llvm mcpu of the target, e.g. znver3")
-    parser.add_argument("--cores", type=int, help="num-cores of the target")
-    parser.add_argument("--build", type=Path, help="export the kernels to this new folder")
-    parser.add_argument("--run", type=Path, help="time the kernels of a --build folder")
-    parser.add_argument("-o", "--output", type=Path, help="results JSON (a new file)")
-    args = parser.parse_args()
-    if args.run is not None:
-        cases = json.loads((args.run / "cases.json").read_text())
-        target = cases[0].pop("target")
-    else:
-        if args.mcpu is None or args.cores is None:
-            parser.error("--mcpu and --cores name the target to build for")
-        target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.cores}
-        if args.build is not None:
-            tmp = args.build.with_name(f".{args.build.name}.partial")
-            tmp.mkdir(parents=True)  # fails on a leftover: never over another run's files
-            cases = build(target, tmp)
-            cases[0]["target"] = target
-            (tmp / "cases.json").write_text(json.dumps(cases, indent=1))
-            tmp.rename(args.build)  # complete, or not there at all
-            print(f"wrote {args.build}")
-            return
-        cases = build(target, None)
-    rows = time_cases(cases, args.run)
-    if args.output is not None:
-        doc = {"host": platform.processor() or platform.machine(), "target": target,
-               "rounds": ROUNDS, "rows": rows}
-        with args.output.open("x") as f:  # never over an existing file
-            json.dump(doc, f, indent=1)
-
+    p = kernel_ab.parser(__doc__)
+    kernel_ab.run(p, p.parse_args(), build, time_cases, ROUNDS)
 
 if __name__ == "__main__":
     main()

@@ -25,15 +25,15 @@ the two kernels' outputs against each other::
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kernel_ab  # noqa: E402
 
 # (IC, OC, H = W): MobileNet-V2's 1x1 convs at 28x28 to 112x112, YOLO-V2's at 104 and 52
 SHAPES = [(32, 16, 112), (16, 96, 112), (24, 144, 56), (144, 24, 56), (96, 24, 56),
@@ -115,15 +115,9 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
         for k, lib in libs.items():
             lib["main"](*args_[k], outs[k])
         a, b = outs["packed"].numpy(), outs["in_place"].numpy()
-        err = max(case["rel_err"], float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
-        times: dict[str, list[float]] = {k: [] for k in libs}
-        for _ in range(ROUNDS):
-            for k, lib in libs.items():
-                mod = lib.mod if hasattr(lib, "mod") else lib
-                timer = mod.time_evaluator("main", dev, number=1, repeat=30,
-                                           f_preproc="cache_flush_cpu_non_first_arg")
-                times[k].append(float(np.median(timer(*args_[k], outs[k]).results)) * 1e6)
-        us = {k: float(np.median(v)) for k, v in times.items()}
+        err = max(case["rel_err"], kernel_ab.rel_diff(a, b))
+        us = kernel_ab.interleaved_us({k: (lib, [*args_[k], outs[k]]) for k, lib in libs.items()},
+                                      ROUNDS)
         rows.append({"ic": case["ic"], "oc": oc, "hw": hw, "packed_us": us["packed"],
                      "in_place_us": us["in_place"], "ratio": us["in_place"] / us["packed"],
                      "rel_err": err, "tasks": case["tasks"]})
@@ -133,43 +127,15 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mcpu", help="llvm mcpu of the target, e.g. znver3")
-    parser.add_argument("--cores", type=int, help="num-cores of the target")
-    parser.add_argument("--build", type=Path, help="export the kernels to this new folder")
-    parser.add_argument("--run", type=Path, help="time the kernels of a --build folder")
-    parser.add_argument("--run-pixels", type=int,
-                        help="in place: at most this many pixels per task (default: the rule's)")
-    parser.add_argument("-o", "--output", type=Path, help="results JSON (a new file)")
-    args = parser.parse_args()
+    p = kernel_ab.parser(__doc__)
+    p.add_argument("--run-pixels", type=int,
+                   help="in place: at most this many pixels per task (default: the rule's)")
+    args = p.parse_args()
     if args.run_pixels is not None:
         from codl_tvm.tiling import cpu
 
         cpu.IN_PLACE_RUN_PIXELS = args.run_pixels
-    if args.run is not None:
-        cases = json.loads((args.run / "cases.json").read_text())
-        target = cases[0].pop("target")
-    else:
-        if args.mcpu is None or args.cores is None:
-            parser.error("--mcpu and --cores name the target to build for")
-        target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": args.cores}
-        if args.build is not None:
-            tmp = args.build.with_name(f".{args.build.name}.partial")
-            tmp.mkdir(parents=True)  # fails on a leftover: never over another run's files
-            cases = build(target, tmp)
-            cases[0]["target"] = target
-            (tmp / "cases.json").write_text(json.dumps(cases, indent=1))
-            tmp.rename(args.build)  # complete, or not there at all
-            print(f"wrote {args.build}")
-            return
-        cases = build(target, None)
-    rows = time_cases(cases, args.run)
-    if args.output is not None:
-        doc = {"host": platform.processor() or platform.machine(), "target": target,
-               "rounds": ROUNDS, "run_pixels": args.run_pixels, "rows": rows}
-        with args.output.open("x") as f:  # never over an existing file
-            json.dump(doc, f, indent=1)
-
+    kernel_ab.run(p, args, build, time_cases, ROUNDS, run_pixels=args.run_pixels)
 
 if __name__ == "__main__":
     main()
