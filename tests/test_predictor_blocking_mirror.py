@@ -87,7 +87,8 @@ def _cases() -> list[OpSpec]:
         OpSpec("conv2d", 32, 32, 128, 128, 1, 1),  # gemm
         OpSpec("conv2d", 15, 15, 64, 96, 1, 1, 2, 2),  # 1x1 stride 2: direct
         OpSpec("conv2d", 13, 13, 1024, 1024, 3, 3, pad=(1, 1, 1, 1)),  # winograd / split-K
-        OpSpec("conv2d", 26, 26, 64, 64, 3, 3, pad=(1, 1, 1, 1)),  # too few channels: direct
+        OpSpec("conv2d", 26, 26, 64, 64, 3, 3, pad=(1, 1, 1, 1)),  # 64 to 64: winograd_64x64
+        OpSpec("conv2d", 26, 26, 32, 64, 3, 3, pad=(1, 1, 1, 1)),  # too few channels: direct
         OpSpec("conv2d", 7, 13, 32, 70, 3, 3, pad=(0, 1, 1, 1)),  # GPU winograd: IC = MIN_IC
         OpSpec("conv2d", 9, 9, 31, 64, 3, 3, pad=(1, 1, 1, 1)),  # IC = 31: no GPU winograd
         OpSpec("conv2d", 56, 56, 256, 8, 3, 3, pad=(1, 1, 1, 1)),  # winograd, OC of 8

@@ -119,7 +119,8 @@ DISPATCH = [  # (x, w, attrs, rule) following the predicates in cpu_gemm.wins / 
     ((1, 1024, 3, 13), (125, 1024, 1, 1), {}, "cpu-conv2d-gemm-1x1"),  # 3-row part
     ((1, 64, 26, 26), (128, 64, 3, 3), dict(padding=1), "cpu-conv2d-winograd"),
     ((1, 256, 3, 26), (512, 256, 3, 3), dict(padding=(0, 1, 0, 1)), "cpu-conv2d-winograd"),
-    ((1, 64, 26, 26), (64, 64, 3, 3), dict(padding=1), "cpu-conv2d-direct-nchwc"),  # few ch.
+    ((1, 64, 26, 26), (64, 64, 3, 3), dict(padding=1), "cpu-conv2d-winograd"),  # 64 to 64
+    ((1, 32, 26, 26), (64, 32, 3, 3), dict(padding=1), "cpu-conv2d-direct-nchwc"),  # few ch.
     ((1, 3, 26, 26), (32, 3, 3, 3), dict(padding=1), "cpu-conv2d-direct-nchwc"),  # IC 3
     ((1, 64, 26, 26), (64, 64, 3, 3), dict(strides=2), "cpu-conv2d-direct-nchwc"),
     ((1, 64, 12, 12), (64, 64, 5, 5), {}, "cpu-conv2d-direct-nchwc"),
