@@ -121,13 +121,12 @@ def _partition_columns(sch: Schedule, c: Conv2DInfo) -> None:
     the input, and the rest: the middle loop's bounds prove its condition true, so it is a
     plain copy that LLVM vectorises, where the whole loop was scalar (the condition)."""
     pad = sch.get_sblock("codl_pad")
-    col = sch.get_loops(pad)[-1]
-    if phase_count(c) > 1:  # phases innermost: a task reads its input rows in order
-        phase = sch.get_loops(pad)[-2]
+    *_, phase, col = sch.get_loops(pad)
+    s = phase_count(c)
+    if s > 1:  # phases innermost: a task reads its input rows in order
         sch.reorder(col, phase)
         sch.unroll(phase)
     extent = int(sch.get(col).extent)
-    s = phase_count(c)
     left = c.pad[1]
     lo = min(extent, -(-left // s))
     hi = max(lo, min(extent, (left + c.w - s) // s + 1))
