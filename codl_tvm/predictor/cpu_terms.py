@@ -232,7 +232,7 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``. The accumulator init + write-back per
     task fitted to 0 on the 16-worker samples and is left out.)"""
     c = conv_shape(s)
-    ocb, pt = tiling.winograd_tiles(c, m)
+    ocb, pt = tiling.winograd_tiles(c, m, m.variants.cpu_winograd_even_tiles)
     th, tw = tiling.winograd_grid(c)
     pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
     waves = _cdiv(16 * ocp * pp, m.cores)

@@ -101,7 +101,8 @@ def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
     narrow = m.variants.cpu_winograd_64x64
     if not is_dense_conv(s) or not tiling.winograd_wins(c := conv_shape(s), narrow):
         return None
-    return Kernel("winograd-2x2-3x3", tiling.winograd_tasks(c, m))
+    return Kernel("winograd-2x2-3x3",
+                  tiling.winograd_tasks(c, m, m.variants.cpu_winograd_even_tiles))
 
 
 def _cpu_direct(s: OpSpec, m: Machine) -> Kernel | None:

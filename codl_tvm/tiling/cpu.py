@@ -207,17 +207,29 @@ def winograd_grid(c: Conv) -> tuple[int, int]:
     return math.ceil(c.oh / M_TILE), math.ceil(c.ow / M_TILE)
 
 
-def winograd_tiles(c: Conv, t: Simd) -> tuple[int, int]:
-    """(ocb, pt): channels per SIMD block and Winograd tiles per register tile."""
+def winograd_tiles(c: Conv, t: Simd, even: bool | None = None) -> tuple[int, int]:
+    """(ocb, pt): channels per SIMD block and Winograd tiles per register tile.
+
+    ``pt`` is at most what the registers hold beside the weight vectors and the broadcast.
+    With ``even`` (``KernelVariants.cpu_winograd_even_tiles``; None: the schedules' current
+    variants, the predictor passes its own) it is the fewest tiles that keep that many
+    blocks, so no block computes padding tiles beyond the last block's few: the 16 tiles of
+    a 7x7 image on 32 registers are 2 blocks of 8, where 2 blocks of 14 computed 28 tiles.
+    """
+    if even is None:
+        even = _variants.current_variants().cpu_winograd_even_tiles
     vecs = 2 if c.oc > t.lanes else 1
     budget = (t.vector_regs - vecs - 2) // vecs
     th, tw = winograd_grid(c)
-    return t.lanes * vecs, max(1, min(budget, 14, th * tw))
+    pt = max(1, min(budget, 14, th * tw))
+    if even:
+        pt = math.ceil(th * tw / math.ceil(th * tw / pt))
+    return t.lanes * vecs, pt
 
 
-def winograd_tasks(c: Conv, t: Simd) -> int:
+def winograd_tasks(c: Conv, t: Simd, even: bool | None = None) -> int:
     """Parallel (batch, transform element, OC block, tile block) tasks of the batched GEMM."""
-    ocb, pt = winograd_tiles(c, t)
+    ocb, pt = winograd_tiles(c, t, even)
     th, tw = winograd_grid(c)
     return c.n * 16 * math.ceil(c.oc / ocb) * math.ceil(th * tw / pt)
 

@@ -1,0 +1,94 @@
+"""The CPU Winograd's register tile shares an image's tiles evenly among its blocks
+(``KernelVariants.cpu_winograd_even_tiles``): as many blocks as before, none padded with more
+zero tiles than the last block needs; the schedule runs the tile the rule names and equals the
+unscheduled PrimFunc; the predictor prices what its samples ran."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+from codl_tvm import tiling
+from codl_tvm.predictor.cpu_terms import cpu_winograd
+from codl_tvm.predictor.machine import reference
+from codl_tvm.predictor.mirror import kernel
+from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.schedules import blocking_of
+from codl_tvm.schedules import testing as T
+from codl_tvm.tiling import ConvShape, KernelVariants, use_variants
+
+TOL = 1e-5
+WINOGRAD = "cpu-conv2d-winograd"
+
+
+class Cpu(NamedTuple):
+    lanes: int
+    vector_regs: int
+    cores: int
+
+
+AVX512, AVX2 = Cpu(16, 32, 16), Cpu(8, 16, 2)
+
+
+def conv3x3(ic: int, oc: int, h: int, w: int) -> ConvShape:
+    return ConvShape(1, ic, oc, h, w, 3, 3)
+
+
+def test_a_7x7_image_on_32_registers_is_two_blocks_of_8():
+    c = conv3x3(512, 512, 7, 7)  # 16 tiles of 2x2
+    assert tiling.winograd_tiles(c, AVX512, even=True) == (32, 8)
+    assert tiling.winograd_tiles(c, AVX512, even=False) == (32, 14)
+    assert tiling.winograd_tasks(c, AVX512, True) == tiling.winograd_tasks(c, AVX512, False)
+    with use_variants(KernelVariants(cpu_winograd_even_tiles=False)):
+        assert tiling.winograd_tiles(c, AVX512) == (32, 14)
+    assert tiling.winograd_tiles(c, AVX512) == (32, 8)  # the default
+
+
+@settings(max_examples=200, deadline=None)
+@given(h=st.integers(1, 120), w=st.integers(1, 120), oc=st.sampled_from([8, 16, 64, 96]),
+       cpu=st.sampled_from([AVX512, AVX2, Cpu(4, 16, 2)]))
+def test_even_tiles_keep_the_blocks_and_pad_less_than_a_block(h, w, oc, cpu):
+    c = conv3x3(64, oc, h, w)
+    tiles = math.prod(tiling.winograd_grid(c))
+    (ocb, even), (ocb_old, old) = (tiling.winograd_tiles(c, cpu, flag) for flag in (True, False))
+    assert ocb == ocb_old and 1 <= even <= old
+    blocks = math.ceil(tiles / old)
+    assert math.ceil(tiles / even) == blocks  # the same tasks
+    assert even * blocks - tiles < blocks  # at most one zero tile per block
+    assert tiling.winograd_tasks(c, cpu, True) == tiling.winograd_tasks(c, cpu, False)
+
+
+# images whose tiles the generic x86 target (4 lanes, 16 registers: 6 tiles a block) now
+# shares evenly: 7 tiles are 4 + 3 (was 6 + 1 and 5 of zeros), 13 are 5 + 5 + 3
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from([(2, 14), (14, 2), (2, 26), (5, 6), (4, 7), (6, 6), (3, 9)]),
+       oc=st.sampled_from([64, 72]))
+def test_the_schedule_runs_the_even_tile_and_equals_the_reference(shape, oc):
+    h, w = shape
+    func = T.conv2d_func((1, 64, h, w), (oc, 64, 3, 3), padding=1, bias_relu=True)
+    sched = T.schedule(func, T.CPU_TARGET)
+    b = blocking_of(sched)
+    assert b.rule == WINOGRAD
+    c = conv3x3(64, oc, h, w)
+    even, old = (tiling.winograd_tiles(c, Cpu(b.vector_lanes, 16, 2), f)[1] for f in (1, 0))
+    assert b.block_shape["tiles"] == even < old
+    assert T.check_cpu(func) <= TOL
+    with use_variants(KernelVariants(cpu_winograd_even_tiles=False)):
+        assert blocking_of(T.schedule(func, T.CPU_TARGET)).block_shape["tiles"] == old
+        assert T.check_cpu(func) <= TOL
+
+
+def test_the_predictor_prices_the_tile_its_samples_ran():
+    old = dataclasses.replace(reference(), lanes=16)  # AVX-512: 14 tiles a block before
+    assert not old.variants.cpu_winograd_even_tiles  # the shipped file predates the variant
+    new = dataclasses.replace(old, variants=dataclasses.replace(
+        old.variants, cpu_winograd_even_tiles=True, cpu_winograd_64x64=True))
+    spec = OpSpec("conv2d", 7, 7, 512, 512, 3, 3, 1, 1, pad=(1, 1, 1, 1))
+    assert kernel("cpu", spec, old).algorithm == kernel("cpu", spec, new).algorithm
+    assert kernel("cpu", spec, old).num_blocks == kernel("cpu", spec, new).num_blocks
+    fmas_old, fmas_new = cpu_winograd(spec, old)[0], cpu_winograd(spec, new)[0]
+    assert fmas_new / fmas_old == 8 / 14  # the critical core's FMAs: 8 tiles a task, not 14
