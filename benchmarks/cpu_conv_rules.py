@@ -1,10 +1,8 @@
 """The CPU's direct NCHWc conv against its Winograd F(2x2, 3x3), kernel by kernel, on 3x3
-stride-1 convs on both sides of the dispatch's Winograd rule (``tiling.winograd_wins``), and
-the Winograd with its register tiles as before ``cpu_winograd_even_tiles`` (the last block of
-an image's tiles padded to a full tile).
+stride-1 convs on both sides of the dispatch's Winograd rule (``tiling.winograd_wins``).
 
-Each shape (+ bias + ReLU) is built with the three kernels, each reading its weight packed at
-load as in a model (the rule's weight pass run once on the weight), checked against the
+Each shape (+ bias + ReLU) is built with both rules, each reading its weight packed at load
+as in a model (the rule's weight pass run once on the weight), checked against the
 unscheduled PrimFunc, and timed interleaved with ``time_evaluator``, the caches flushed
 before each call (7 rounds of 30 calls, the median)::
 
@@ -13,7 +11,7 @@ before each call (7 rounds of 30 calls, the median)::
 
 For a machine with only the TVM runtime (the GPU machine's CPU), ``--build DIR`` exports the
 kernels and weight passes, and ``--run DIR`` (runtime only) times them there and checks the
-kernels' outputs against each other::
+two rules' outputs against each other::
 
     python benchmarks/cpu_conv_rules.py --mcpu sapphirerapids --cores 16 --build DIR
     TVM_NUM_THREADS=16 python benchmarks/cpu_conv_rules.py --run DIR -o OUT.json
@@ -35,24 +33,19 @@ import kernel_ab  # noqa: E402
 # 64-channel convs at 224 and 112, a 32->64 and a 64->128
 SHAPES = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7), (64, 64, 112),
           (64, 128, 56), (32, 64, 56), (64, 64, 28)]
-# name -> (dispatch rule, kernel variants changed from the defaults)
-KERNELS = {"direct": ("cpu-conv2d-direct-nchwc", {}),
-           "winograd": ("cpu-conv2d-winograd", {}),
-           "winograd-padded": ("cpu-conv2d-winograd", {"cpu_winograd_even_tiles": False})}
+RULES = ("cpu-conv2d-direct-nchwc", "cpu-conv2d-winograd")
 ROUNDS = 7
 
 
-def kernels(func, target, name: str):
-    """(kernel reading the packed weight, weight pass) of kernel ``name`` on ``func``."""
+def kernels(func, target, rule_name: str):
+    """(kernel reading the packed weight, weight pass) of ``rule_name`` on ``func``."""
     from codl_tvm.schedules import prepack
     from codl_tvm.schedules.analysis import analyze
     from codl_tvm.schedules.dispatch import RULES as TABLE
     from codl_tvm.schedules.target_info import target_info
-    from codl_tvm.tiling import use_variants
 
-    rule_name, changes = KERNELS[name]
     (rule,) = [r for r in TABLE if r.name == rule_name]
-    with prepack.capture() as box, use_variants(**changes):
+    with prepack.capture() as box:
         rule.apply(func, analyze(func), target, target_info(target), rule.name)
     return box["kernel"], box["pack"]
 
@@ -71,7 +64,7 @@ def build(spec: dict, folder: Path | None) -> list[dict]:
                                            bias_relu=True), target)
         case = {"ic": ic, "oc": oc, "hw": hw, "libs": {}, "packed_shape": {}, "rel_err": 0.0}
         here = tvm.target.Target(T.runnable_here(spec))  # the target's CPU may not be this one
-        for name in KERNELS:
+        for name in RULES:
             kern, pack = kernels(func, here, name)
             args = T.random_args(func)
             want = T.run(T.build(func, here), func, args)
@@ -110,16 +103,15 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
     import tvm
 
     dev, rows = tvm.cpu(), []
-    print("| IC->OC at HxW | direct us | Winograd us | padded tiles us | Winograd / direct "
-          "| Winograd / padded | rel err |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| IC->OC at HxW | direct us | Winograd us | Winograd / direct | rel err |")
+    print("|---|---:|---:|---:|---:|")
     for case in cases:
         ic, oc, hw = case["ic"], case["oc"], case["hw"]
         rng = np.random.default_rng(0)
         src = [rng.uniform(-1, 1, s).astype("float32")
                for s in ((1, ic, hw, hw), (oc, ic, 3, 3), (1, oc, 1, 1))]
         calls, outs = {}, {}
-        for name in KERNELS:
+        for name in RULES:
             lib, pack = case["libs"][name]
             if folder is not None:
                 lib, pack = (tvm.runtime.load_module(str(folder / f)) for f in (lib, pack))
@@ -130,15 +122,13 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
             lib["main"](*args)
             outs[name] = out.numpy()
             calls[name] = (lib, args)
-        err = max(case["rel_err"], *(kernel_ab.rel_diff(outs["direct"], outs[k])
-                                     for k in ("winograd", "winograd-padded")))
+        a, b = outs[RULES[0]], outs[RULES[1]]
+        err = max(case["rel_err"], kernel_ab.rel_diff(a, b))
         us = kernel_ab.interleaved_us(calls, ROUNDS)
-        d, w_, wp = us["direct"], us["winograd"], us["winograd-padded"]
+        d, w_ = us[RULES[0]], us[RULES[1]]
         rows.append({"ic": ic, "oc": oc, "hw": hw, "direct_us": d, "winograd_us": w_,
-                     "winograd_padded_us": wp, "ratio": w_ / d, "even_ratio": w_ / wp,
-                     "rel_err": err})
-        print(f"| {ic}->{oc} at {hw}x{hw} | {d:.1f} | {w_:.1f} | {wp:.1f} | {w_ / d:.2f} "
-              f"| {w_ / wp:.2f} | {err:.1e} |")
+                     "ratio": w_ / d, "rel_err": err})
+        print(f"| {ic}->{oc} at {hw}x{hw} | {d:.1f} | {w_:.1f} | {w_ / d:.2f} | {err:.1e} |")
     return rows
 
 

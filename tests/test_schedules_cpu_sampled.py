@@ -48,7 +48,7 @@ def _pad_shape(func) -> tuple[int, ...]:
 @example(case=dict(x=(1, 3, 17, 17), w=(40, 3, 1, 1), strides=(2, 2), padding=(0,) * 4,
                    bias_relu=False))  # fmt: skip
 @example(case=dict(x=(1, 2, 2, 31), w=(33, 2, 1, 1), strides=(2, 2), padding=(0,) * 4,
-                   bias_relu=True))  # one output row, 16 columns: a 14-column tile + a tail
+                   bias_relu=True))  # one output row, 16 columns: two tiles (8 + 8 on AVX-512)
 @example(case=dict(x=(1, 4, 4, 4), w=(8, 4, 1, 1), strides=(2, 2), padding=(2, 0, 0, 2),
                    bias_relu=False))  # padding wider than the sampled part
 def test_sampled_1x1_equals_the_unsplit_conv(case, target):

@@ -53,7 +53,7 @@ def _rows_read(s: OpSpec, out_rows: int) -> int:
 
 def direct_padded_in(s: OpSpec, m: Machine) -> tuple[int, int]:
     """Rows, cols of the padded input the direct conv (:func:`cpu_conv`) copies (samples)."""
-    _, xt = tiling.direct_tiles(conv_shape(s), m)
+    _, xt = tiling.direct_tiles(conv_shape(s), m, m.variants.cpu_even_tiles)
     return direct_pad(s, _cdiv(s.out_w, xt) * xt)
 
 
@@ -93,9 +93,8 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     (:func:`conv_unpack_remote_tiles`), and the pad pass's gathered copy where LLVM vectorizes
     it across rows (:func:`mirror.pad_gathered`). (The accumulator init and write-back per
     task fitted to nothing beside the spills.)"""
-    vecs = 2 if s.OC > m.lanes else 1
-    ocb = m.lanes * vecs
-    xt = max(1, min((m.vector_regs - vecs - 2) // vecs, 14, s.out_w))
+    ocb, xt = tiling.direct_tiles(conv_shape(s), m, m.variants.cpu_even_tiles)
+    vecs = ocb // m.lanes
     ocp = _cdiv(s.OC, ocb)
     owp = _cdiv(s.out_w, xt) * xt
     waves = _cdiv(ocp * s.out_h * _cdiv(s.out_w, xt), m.cores)
@@ -232,7 +231,7 @@ def cpu_winograd(s: OpSpec, m: Machine) -> list[float]:
     V's planes, ``cpu_winograd.V_PLANE_SKEW_FLOATS``. The accumulator init + write-back per
     task fitted to 0 on the 16-worker samples and is left out.)"""
     c = conv_shape(s)
-    ocb, pt = tiling.winograd_tiles(c, m, m.variants.cpu_winograd_even_tiles)
+    ocb, pt = tiling.winograd_tiles(c, m, m.variants.cpu_even_tiles)
     th, tw = tiling.winograd_grid(c)
     pp, ocp, vecs = _cdiv(th * tw, pt), _cdiv(s.OC, ocb), ocb // m.lanes
     waves = _cdiv(16 * ocp * pp, m.cores)

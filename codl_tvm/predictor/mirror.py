@@ -102,13 +102,14 @@ def _cpu_winograd(s: OpSpec, m: Machine) -> Kernel | None:
     if not is_dense_conv(s) or not tiling.winograd_wins(c := conv_shape(s), narrow):
         return None
     return Kernel("winograd-2x2-3x3",
-                  tiling.winograd_tasks(c, m, m.variants.cpu_winograd_even_tiles))
+                  tiling.winograd_tasks(c, m, m.variants.cpu_even_tiles))
 
 
 def _cpu_direct(s: OpSpec, m: Machine) -> Kernel | None:
     if not is_dense_conv(s):
         return None
-    return Kernel("direct-nchwc", tiling.direct_tasks(conv_shape(s), m))
+    return Kernel("direct-nchwc",
+                  tiling.direct_tasks(conv_shape(s), m, m.variants.cpu_even_tiles))
 
 
 def _cpu_grouped(s: OpSpec, m: Machine) -> Kernel | None:

@@ -15,6 +15,8 @@ import math
 from tvm import te, tirx
 from tvm.s_tir import Schedule
 
+from codl_tvm import tiling
+
 from .analysis import Conv2DInfo
 from .blocking import Blocking
 from .prepack import WeightPacked, has_block
@@ -22,12 +24,9 @@ from .target_info import TargetInfo
 
 
 def conv_tiles(c: Conv2DInfo, t: TargetInfo) -> tuple[int, int]:
-    """(ocb, x_tile): channels per SIMD block and output columns per register tile."""
-    vecs = 2 if c.oc > t.lanes else 1
-    ocb = t.lanes * vecs
-    budget = (t.vector_regs - vecs - 2) // vecs  # accumulators left after weights + broadcast
-    x_tile = max(1, min(budget, 14, c.ow))
-    return ocb, x_tile
+    """(ocb, x_tile): channels per SIMD block and output columns per register tile
+    (:func:`codl_tvm.tiling.direct_tiles`, which the predictor's mirror calls too)."""
+    return tiling.direct_tiles(c, t)
 
 
 def padded_input(c: Conv2DInfo, x: te.Tensor, hp: int, wp: int) -> te.Tensor:

@@ -9,16 +9,29 @@ from . import variants as _variants
 from .common import Conv, Simd
 
 
-# ---- CPU direct NCHWc (mirror of cpu_conv.conv_tiles; a test keeps the two equal) ---------
-def direct_tiles(c: Conv, t: Simd) -> tuple[int, int]:
-    """(ocb, x_tile): channels per SIMD block and output columns per register tile."""
+def even_blocks(n: int, most: int, even: bool | None) -> int:
+    """Items per block for ``n`` items in blocks of at most ``most``: ``most``, or with
+    ``even`` (``KernelVariants.cpu_even_tiles``; None: the schedules' current variants, the
+    predictor passes its own) the fewest that keep that many blocks, so the last block is
+    padded by fewer items than there are blocks (7 in blocks of at most 6: 2 of 4, not 6 + 1
+    and 5 computed and dropped)."""
+    if even is None:
+        even = _variants.current_variants().cpu_even_tiles
+    return math.ceil(n / math.ceil(n / most)) if even else most
+
+
+# ---- CPU direct NCHWc (``cpu_conv.conv_tiles``) -------------------------------------------
+def direct_tiles(c: Conv, t: Simd, even: bool | None = None) -> tuple[int, int]:
+    """(ocb, x_tile): channels per SIMD block and output columns per register tile: as many
+    as the registers hold beside the weight vectors and the broadcast (at most 14), shared
+    evenly with ``even`` (:func:`even_blocks`)."""
     vecs = 2 if c.oc > t.lanes else 1
     budget = (t.vector_regs - vecs - 2) // vecs
-    return t.lanes * vecs, max(1, min(budget, 14, c.ow))
+    return t.lanes * vecs, even_blocks(c.ow, max(1, min(budget, 14, c.ow)), even)
 
 
-def direct_tasks(c: Conv, t: Simd) -> int:
-    ocb, xt = direct_tiles(c, t)
+def direct_tasks(c: Conv, t: Simd, even: bool | None = None) -> int:
+    ocb, xt = direct_tiles(c, t, even)
     return math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
 
 
@@ -210,21 +223,14 @@ def winograd_grid(c: Conv) -> tuple[int, int]:
 def winograd_tiles(c: Conv, t: Simd, even: bool | None = None) -> tuple[int, int]:
     """(ocb, pt): channels per SIMD block and Winograd tiles per register tile.
 
-    ``pt`` is at most what the registers hold beside the weight vectors and the broadcast.
-    With ``even`` (``KernelVariants.cpu_winograd_even_tiles``; None: the schedules' current
-    variants, the predictor passes its own) it is the fewest tiles that keep that many
-    blocks, so no block computes padding tiles beyond the last block's few: the 16 tiles of
-    a 7x7 image on 32 registers are 2 blocks of 8, where 2 blocks of 14 computed 28 tiles.
+    ``pt`` is at most what the registers hold beside the weight vectors and the broadcast,
+    shared evenly with ``even`` (:func:`even_blocks`): the 16 tiles of a 7x7 image on 32
+    registers are 2 blocks of 8, where 2 blocks of 14 computed 28 tiles.
     """
-    if even is None:
-        even = _variants.current_variants().cpu_winograd_even_tiles
     vecs = 2 if c.oc > t.lanes else 1
     budget = (t.vector_regs - vecs - 2) // vecs
     th, tw = winograd_grid(c)
-    pt = max(1, min(budget, 14, th * tw))
-    if even:
-        pt = math.ceil(th * tw / math.ceil(th * tw / pt))
-    return t.lanes * vecs, pt
+    return t.lanes * vecs, even_blocks(th * tw, max(1, min(budget, 14, th * tw)), even)
 
 
 def winograd_tasks(c: Conv, t: Simd, even: bool | None = None) -> int:

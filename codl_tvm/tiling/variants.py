@@ -22,7 +22,7 @@ CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
                "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
-               "cpu_winograd_64x64", "cpu_winograd_even_tiles")
+               "cpu_winograd_64x64", "cpu_even_tiles")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,12 +106,14 @@ class KernelVariants:
         On (the default): the CPU's Winograd takes every 3x3 stride-1 conv of at least 64
         channels in and out (:func:`codl_tvm.tiling.winograd_wins`); off: only those with at
         least 64 x 128 (64 to 64 channels run the direct conv).
-    cpu_winograd_even_tiles : bool
-        On (the default): the CPU Winograd's register tile takes as few tiles as keep the
-        number of tile blocks, so the blocks of an image share its tiles evenly
-        (:func:`codl_tvm.tiling.winograd_tiles`: 16 tiles on 32 registers are 2 blocks of 8);
-        off: as many tiles as the registers hold, the last block padded with tiles of zeros
-        that are transformed, multiplied and dropped (16 tiles: 2 blocks of 14, 28 computed).
+    cpu_even_tiles : bool
+        On (the default): the register tiles of the CPU's direct conv (output columns) and
+        Winograd (2x2 tiles) take as few columns or tiles as keep their number of blocks, so
+        the blocks share a row or an image evenly (:func:`codl_tvm.tiling.direct_tiles`,
+        :func:`~codl_tvm.tiling.winograd_tiles`: 7 columns on 16 registers are 2 blocks of
+        4, 16 Winograd tiles on 32 registers 2 blocks of 8); off: as many as the registers
+        hold, the last block padded with columns or tiles that are computed and dropped
+        (7 columns: 2 blocks of 6, 12 computed; 16 tiles: 2 blocks of 14, 28 computed).
     """
 
     gpu_conv: str = "tiled"
@@ -130,7 +132,7 @@ class KernelVariants:
     cpu_gemm_in_place: bool = True
     cpu_depthwise_phases: bool = True
     cpu_winograd_64x64: bool = True
-    cpu_winograd_even_tiles: bool = True
+    cpu_even_tiles: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -211,7 +213,7 @@ BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
                           "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
-                          "cpu_winograd_64x64": False, "cpu_winograd_even_tiles": False}
+                          "cpu_winograd_64x64": False, "cpu_even_tiles": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
