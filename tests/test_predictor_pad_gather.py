@@ -17,6 +17,7 @@ from codl_tvm.predictor import cpu_terms
 from codl_tvm.predictor.machine import reference
 from codl_tvm.predictor.mirror import kernel, pad_gathered
 from codl_tvm.predictor.opspec import OpSpec
+from codl_tvm.tiling import use_variants
 
 TARGET = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16,
           "mtriple": "x86_64-linux-gnu"}  # fmt: skip
@@ -47,7 +48,8 @@ def compiled_pad_gathers(s: OpSpec) -> bool:
         (1, s.IC, s.H, s.W), (s.OC, s.IC, s.KH, s.KW), strides=(s.SH, s.SW),
         padding=(s.pad[0], s.pad[1], s.pad[2], s.pad[3]),
     )
-    lib = testing.build(testing.schedule(func, TARGET), TARGET)
+    with use_variants(M.variants):  # the kernels whose widths the rule is given
+        lib = testing.build(testing.schedule(func, TARGET), TARGET)
     asm = (lib.mod if hasattr(lib, "mod") else lib).inspect_source("asm")
     parts = lambdas(asm)
     assert len(parts) == 4, "pad, weight pack, conv, unpack"

@@ -34,6 +34,7 @@ from codl_tvm.predictor.mirror import sampled
 from codl_tvm.predictor.opspec import OpSpec
 from codl_tvm.schedules import testing
 from codl_tvm.schedules.target_info import target_info
+from codl_tvm.tiling import use_variants
 
 # the register each ISA's vector float max writes (the pool probe) -> floats per vector
 _VECTOR_MAX = (
@@ -120,7 +121,9 @@ class _Probe:
         self.machine = dataclasses.replace(reference(), lanes=info.lanes, cores=info.cores)
 
     def _asm(self, func: Any) -> str:
-        lib = testing.build(testing.schedule(func, self.target), self.target)
+        # the kernels of the machine whose widths the probes compute (``direct_padded_in``)
+        with use_variants(self.machine.variants):
+            lib = testing.build(testing.schedule(func, self.target), self.target)
         return (lib.mod if hasattr(lib, "mod") else lib).inspect_source("asm")
 
     # ---- the probes ------------------------------------------------------------------
