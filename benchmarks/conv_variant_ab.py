@@ -1,5 +1,5 @@
-"""A kernel variant of the CPU's convs against the kernels without it, kernel by kernel: the
-machinery of ``cpu_even_tiles.py`` and ``cpu_unpack_in_task.py``.
+"""A kernel variant of the CPU's convs against the kernels without it, kernel by kernel (the
+machinery of ``cpu_even_tiles.py``; a variant's script names its shapes and variants).
 
 A shape is ``(IC, OC, input H = W, K, stride)``, padding ``K // 2``, + bias + ReLU. Each is
 built with the kernel the dispatch picks under each variant, reading its weight packed at load

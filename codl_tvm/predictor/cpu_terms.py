@@ -112,9 +112,6 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
     fetch += conv_refetch_floats(fetch, rows, pairs, m.cpu_l2_bytes_per_core)
     k1 = s.KH * s.KW == 1
     panels = conv_core_panels(ocp, s.out_h * nx, m.cores)
-    # a task that unpacks its own tile (``cpu_unpack_in_task``) reads it from its stack: no
-    # packed result in memory, none read from another worker or past L1
-    packed = 0.0 if m.variants.cpu_unpack_in_task else 1.0
     return [
         waves * red * xt * vecs,  # FMAs on the critical core
         # register spills: LLVM fully unrolls the rx loop of a 3..5-wide window and keeps the
@@ -135,8 +132,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # IC=3 first layers, whose row splits of two channel blocks misalign the chunks
         # (POSENET 27x256 3->64: 78% of the tiles, ran 1.27x the model without this; the
         # channel splits of one block line up exactly); the 1x1 model fits it to zero
-        0.0 if k1 else
-        packed * conv_unpack_remote_tiles(ocp, s.out_h, nx, m.cores) * xt * ocb / m.cores,
+        0.0 if k1 else conv_unpack_remote_tiles(ocp, s.out_h, nx, m.cores) * xt * ocb / m.cores,
         # the weight panels (ocb x IC*KH*KW floats each) the workers' tasks span
         # (:func:`conv_core_panels`): the weight pack's parallel (o, ci, r, s) loop spread
         # every panel over all the workers, so a conv worker's first sweep of each streams it
@@ -152,7 +148,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # unpack (unpack_by_block): a (channel block, row) task re-reads its packed row
         # (owp x ocb floats, channel stride ocb: a new line per load) once per channel; beyond
         # L1 those ocb sweeps miss (YOLO-V2's 416x416 3->32: 54 KB rows, ~25% slower)
-        packed * _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4, m),
+        _cdiv(ocp * s.out_h, m.cores) * ocb * owp * _over_l1(owp * ocb * 4, m),
         # the pad pass again where it compiles to gathers (:func:`mirror.pad_gathered`: a copy
         # without zero padding, rows of the target's gathered widths; the sampled pass of a
         # 1x1 window at stride 2 where its rows are short). When 1x1 stride-2 convs still
@@ -168,8 +164,7 @@ def cpu_conv(s: OpSpec, m: Machine) -> list[float]:
         # without it (60% within +-10%), 1.01x with it (72%). The input, read and never
         # written, stays out: counted in, held-out YOLO-V2 and POSENET lost 1.2 and 0.7 points
         # and the strata's stride-1 1x1 rows 9
-        max(0, direct_written_bytes(s, hp * wp, int(packed) * ocp * ocb * s.out_h * owp)
-            - _l2s_bytes(m))
+        max(0, direct_written_bytes(s, hp * wp, ocp * ocb * s.out_h * owp) - _l2s_bytes(m))
         / m.cores,
     ]
 

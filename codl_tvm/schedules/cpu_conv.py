@@ -130,12 +130,7 @@ def schedule_direct(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> B
     _parallel_spatial(sch, "codl_pad", t)
     if has_block(sch, "codl_wpack"):  # not in the version that reads a packed weight
         _parallel_spatial(sch, "codl_wpack", t)
-    if tiling.current_variants().cpu_unpack_in_task:
-        # the task unpacks its own tile: the packed result shrinks to a tile on its stack, so
-        # it neither crosses to the core of a later unpack task nor goes out past the caches
-        sch.reverse_compute_at(sch.get_sblock("codl_unpack"), task)
-    else:
-        unpack_by_block(sch, "codl_unpack", ocb)
+    unpack_by_block(sch, "codl_unpack", ocb)
     tasks = math.ceil(c.oc / ocb) * c.n * c.oh * math.ceil(c.ow / xt)
     return Blocking(
         algorithm="direct-nchwc", processor="cpu", op="conv2d",
