@@ -1,5 +1,6 @@
 """A kernel variant of the CPU's convs against the kernels without it, kernel by kernel (the
-machinery of ``cpu_even_tiles.py``; a variant's script names its shapes and variants).
+machinery of ``cpu_even_tiles.py``, whose shapes and variants it is given;
+``cpu_conv_rules.py`` builds its kernels with :func:`checked_kernel` too).
 
 A shape is ``(IC, OC, input H = W, K, stride)``, padding ``K // 2``, + bias + ReLU. Each is
 built with the kernel the dispatch picks under each variant, reading its weight packed at load
@@ -26,9 +27,9 @@ def conv(shape: tuple[int, ...]):
                          bias_relu=True)
 
 
-def kernels(func, target, changes: dict):
-    """(kernel reading the packed weight, weight pass, rule) the dispatch gives ``func``
-    under the kernel variants ``changes``."""
+def kernels(func, target, changes: dict, rule: str | None = None):
+    """(kernel reading the packed weight, weight pass, rule) that the dispatch gives ``func``
+    under the kernel variants ``changes``, or that dispatch rule ``rule`` makes of it."""
     from codl_tvm.schedules import blocking_of, prepack
     from codl_tvm.schedules import testing as T
     from codl_tvm.schedules.analysis import analyze
@@ -37,10 +38,10 @@ def kernels(func, target, changes: dict):
     from codl_tvm.tiling import use_variants
 
     with use_variants(**changes):
-        name = blocking_of(T.schedule(func, target)).rule
-        (rule,) = [r for r in RULES if r.name == name]
+        name = rule or blocking_of(T.schedule(func, target)).rule
+        (row,) = [r for r in RULES if r.name == name]
         with prepack.capture() as box:
-            rule.apply(func, analyze(func), target, target_info(target), rule.name)
+            row.apply(func, analyze(func), target, target_info(target), row.name)
     return box["kernel"], box["pack"], name
 
 
@@ -57,6 +58,40 @@ def call_args(shapes: dict, pack_lib, src: list, dev) -> list:
 
 def shapes_of(kern) -> dict:
     return {k: [int(d) for d in kern.params[i].shape] for k, i in (("packed", 1), ("out", -1))}
+
+
+def checked_kernel(func, spec: dict, args: list, want, changes: dict,
+                   rule: str | None = None) -> tuple[tuple, dict, str, float]:
+    """((kernel lib, weight pass lib), their shapes, rule, relative error): the kernel for
+    target ``spec``, checked against ``want`` (the unscheduled PrimFunc's output for ``args``)
+    here, built a second time for this host's CPU only where ``spec``'s is not runnable here."""
+    import tvm
+
+    from codl_tvm.schedules import testing as T
+
+    here_spec = T.runnable_here(spec)
+    here = tvm.target.Target(here_spec)
+    kern, pack, name = kernels(func, here, changes, rule)
+    libs = (T.build(kern, here), T.build(pack, here))
+    a = call_args(shapes_of(kern), libs[1], args, tvm.cpu())
+    libs[0]["main"](*a)
+    err = T.rel_error(a[-1].numpy(), want)
+    if here_spec != spec:  # the target's CPU is not this one
+        target = tvm.target.Target(spec)
+        kern, pack, name = kernels(func, target, changes, rule)
+        libs = (T.build(kern, target), T.build(pack, target))
+    return libs, shapes_of(kern), name, err
+
+
+def export(libs: tuple, folder: Path | None, stem: str) -> tuple:
+    """``libs`` exported to ``folder`` as ``STEM.so`` and ``STEM-pack.so`` (their names), or
+    ``libs`` where there is no folder."""
+    if folder is None:
+        return libs
+    names = (f"{stem}.so", f"{stem}-pack.so")
+    for lib, name in zip(libs, names, strict=True):
+        lib.export_library(str(folder / name))
+    return names
 
 
 def build(spec: dict, folder: Path | None, shapes: list, variants: dict) -> list[dict]:
@@ -76,18 +111,10 @@ def build(spec: dict, folder: Path | None, shapes: list, variants: dict) -> list
         args = T.random_args(func)
         want = T.run(T.build(func, here), func, args)
         for name, changes in variants.items():
-            kern, pack, _ = kernels(func, here, changes)
-            a = call_args(shapes_of(kern), T.build(pack, here), args, tvm.cpu())
-            T.build(kern, here)["main"](*a)
-            case["rel_err"] = max(case["rel_err"], T.rel_error(a[-1].numpy(), want))
-            kern, pack, case["rule"][name] = kernels(func, target, changes)
-            libs = (T.build(kern, target), T.build(pack, target))
-            if folder is not None:
-                stem = "-".join(map(str, shape)) + f"-{name}"
-                libs[0].export_library(str(folder / f"{stem}.so"))
-                libs[1].export_library(str(folder / f"{stem}-pack.so"))
-                libs = (f"{stem}.so", f"{stem}-pack.so")
-            case["libs"][name], case["shapes"][name] = libs, shapes_of(kern)
+            libs, case["shapes"][name], case["rule"][name], err = checked_kernel(
+                func, spec, args, want, changes)
+            case["rel_err"] = max(case["rel_err"], err)
+            case["libs"][name] = export(libs, folder, "-".join(map(str, shape)) + f"-{name}")
         cases.append(case)
     return cases
 

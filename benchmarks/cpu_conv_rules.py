@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import conv_variant_ab  # noqa: E402
 import kernel_ab  # noqa: E402
 
 # (IC, OC, H = W): ResNet-18/34's stages (64 at 56, 128 at 28, 256 at 14, 512 at 7), VGG-16's
@@ -35,19 +36,6 @@ SHAPES = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7), (64, 64, 
           (64, 128, 56), (32, 64, 56), (64, 64, 28)]
 RULES = ("cpu-conv2d-direct-nchwc", "cpu-conv2d-winograd")
 ROUNDS = 7
-
-
-def kernels(func, target, rule_name: str):
-    """(kernel reading the packed weight, weight pass) of ``rule_name`` on ``func``."""
-    from codl_tvm.schedules import prepack
-    from codl_tvm.schedules.analysis import analyze
-    from codl_tvm.schedules.dispatch import RULES as TABLE
-    from codl_tvm.schedules.target_info import target_info
-
-    (rule,) = [r for r in TABLE if r.name == rule_name]
-    with prepack.capture() as box:
-        rule.apply(func, analyze(func), target, target_info(target), rule.name)
-    return box["kernel"], box["pack"]
 
 
 def build(spec: dict, folder: Path | None) -> list[dict]:
@@ -59,43 +47,20 @@ def build(spec: dict, folder: Path | None) -> list[dict]:
     from codl_tvm.schedules import testing as T
 
     target, cases = tvm.target.Target(spec), []
+    here = tvm.target.Target(T.runnable_here(spec))
     for ic, oc, hw in SHAPES:
         func = T.with_target(T.conv2d_func((1, ic, hw, hw), (oc, ic, 3, 3), padding=1,
                                            bias_relu=True), target)
-        case = {"ic": ic, "oc": oc, "hw": hw, "libs": {}, "packed_shape": {}, "rel_err": 0.0}
-        here = tvm.target.Target(T.runnable_here(spec))  # the target's CPU may not be this one
+        case = {"ic": ic, "oc": oc, "hw": hw, "libs": {}, "shapes": {}, "rel_err": 0.0}
+        args = T.random_args(func)
+        want = T.run(T.build(func, here), func, args)
         for name in RULES:
-            kern, pack = kernels(func, here, name)
-            args = T.random_args(func)
-            want = T.run(T.build(func, here), func, args)
-            got = run_packed(T.build(kern, here), T.build(pack, here), kern, args, tvm.cpu())
-            case["rel_err"] = max(case["rel_err"], T.rel_error(got, want))
-            kern, pack = kernels(func, target, name)
-            libs = (T.build(kern, target), T.build(pack, target))
-            if folder is not None:
-                stem = f"{ic}-{oc}-{hw}-{name}"
-                libs[0].export_library(str(folder / f"{stem}.so"))
-                libs[1].export_library(str(folder / f"{stem}-pack.so"))
-                libs = (f"{stem}.so", f"{stem}-pack.so")
-            case["libs"][name] = libs
-            case["packed_shape"][name] = [int(d) for d in kern.params[1].shape]
+            libs, case["shapes"][name], _, err = conv_variant_ab.checked_kernel(
+                func, spec, args, want, {}, rule=name)
+            case["rel_err"] = max(case["rel_err"], err)
+            case["libs"][name] = conv_variant_ab.export(libs, folder, f"{ic}-{oc}-{hw}-{name}")
         cases.append(case)
     return cases
-
-
-def run_packed(lib, pack_lib, kern, args: list, dev, shape: list[int] | None = None):
-    """``lib``'s output for ``args`` (x, w, b), its weight packed by ``pack_lib`` first."""
-    import tvm
-
-    shape = shape or [int(d) for d in kern.params[1].shape]
-    w = tvm.runtime.tensor(args[1], dev)
-    packed = tvm.runtime.empty(shape, "float32", dev)
-    pack_lib["main"](w, packed)
-    x, b = (tvm.runtime.tensor(a, dev) for a in (args[0], args[2]))
-    out_shape = (1, args[1].shape[0], args[0].shape[2], args[0].shape[3])
-    out = tvm.runtime.empty(out_shape, "float32", dev)
-    lib["main"](x, packed, b, out)
-    return out.numpy()
 
 
 def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
@@ -115,12 +80,9 @@ def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
             lib, pack = case["libs"][name]
             if folder is not None:
                 lib, pack = (tvm.runtime.load_module(str(folder / f)) for f in (lib, pack))
-            w = tvm.runtime.empty(case["packed_shape"][name], "float32", dev)
-            pack["main"](tvm.runtime.tensor(src[1], dev), w)
-            out = tvm.runtime.empty((1, oc, hw, hw), "float32", dev)
-            args = [tvm.runtime.tensor(src[0], dev), w, tvm.runtime.tensor(src[2], dev), out]
+            args = conv_variant_ab.call_args(case["shapes"][name], pack, src, dev)
             lib["main"](*args)
-            outs[name] = out.numpy()
+            outs[name] = args[-1].numpy()
             calls[name] = (lib, args)
         a, b = outs[RULES[0]], outs[RULES[1]]
         err = max(case["rel_err"], kernel_ab.rel_diff(a, b))
