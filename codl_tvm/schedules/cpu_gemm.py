@@ -184,10 +184,7 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
         _pack_loops(sch, "codl_wpack", 0)
     if not direct:  # in place, the unpack is a view the epilogue inlines into the write-back
         _pack_loops(sch, "codl_xpack", t.lanes)
-        if tiling.current_variants().cpu_gemm_flat_unpack:
-            _flat_unpack(sch, t.lanes)
-        else:
-            _pack_loops(sch, "codl_unpack", t.lanes)
+        _pack_loops(sch, "codl_unpack", t.lanes)
     tasks = tiling.gemm_tasks(c, t, padded=any(c.pad))
     return Blocking(
         algorithm="gemm-1x1", processor="cpu", op="conv2d",
@@ -196,18 +193,6 @@ def schedule_gemm(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> Blo
         num_blocks=tasks, cores=t.cores, vector_lanes=t.lanes, grid={"parallel": tasks},
         rule=rule,
     )
-
-
-def _flat_unpack(sch: Schedule, lanes: int) -> None:
-    """The unpack pass over each output channel's pixels as one run (consecutive in NCHW, and
-    in the packed result), vectorised, a task per (image, channel). Row by row, rows of 7, 14
-    or 28 pixels fill no whole vector of 16 and the pass ran scalar. (The last vector's
-    pixels past the channel are masked by the split's predicate; cutting them off with
-    ``loop_partition`` left both parts binding the same block variables, TIR that no later
-    ``Schedule`` accepts.)"""
-    n, f, y, x = sch.get_loops(sch.get_sblock("codl_unpack"))
-    sch.parallel(sch.fuse(n, f))
-    sch.vectorize(sch.split(sch.fuse(y, x), [None, lanes])[-1])
 
 
 def _pack_loops(sch: Schedule, name: str, lanes: int) -> None:
