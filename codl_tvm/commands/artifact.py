@@ -64,9 +64,7 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
                         "cpu_winograd_64x64=on|off (off: 3x3 convs of 64 to 64 channels run "
                         "the CPU's direct conv, not its Winograd), "
                         "cpu_even_tiles=on|off (off: the last register tile of the CPU's "
-                        "direct conv and Winograd is padded to a full one), "
-                        "cpu_depthwise_vector_unpack=on|off (off: the CPU's depthwise conv "
-                        "writes its output rows column by column); "
+                        "direct conv and Winograd is padded to a full one); "
                         "recorded in the artifact's manifest.json")
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the kernels into CUDA graphs (replayed after the first run) "

@@ -102,8 +102,6 @@ def schedule_grouped(sch: Schedule, c: Conv2DInfo, t: TargetInfo, rule: str) -> 
         sch.compute_at(sch.get_sblock("codl_pad"), task, preserve_unit_loops=True)
         _partition_columns(sch, c)
         sch.reverse_compute_at(sch.get_sblock("codl_unpack"), task)
-        if tiling.current_variants().cpu_depthwise_vector_unpack and c.ow > 1:
-            _vectorise_unpack(sch, t.lanes)  # (one column: no column loop is left)
     else:
         for name in ("codl_pad", "codl_unpack"):
             loops = sch.get_loops(sch.get_sblock(name))
@@ -135,12 +133,3 @@ def _partition_columns(sch: Schedule, c: Conv2DInfo) -> None:
     parts = [n for n in (lo, hi - lo, extent - hi) if n > 0]
     if len(parts) > 1:  # the last part is what is left (the primitive infers it)
         sch.loop_partition(col, [*parts[:-1], None])
-
-
-def _vectorise_unpack(sch: Schedule, lanes: int) -> None:
-    """A task's write-out (the epilogue inlined into it later) in vectors along each output
-    row, the last one masked by the split's predicate where the row fills no whole vector
-    (``cpu_depthwise_vector_unpack``): LLVM left the row loop of 7, 14, 28 or 56 columns
-    scalar."""
-    col = sch.get_loops(sch.get_sblock("codl_unpack"))[-1]
-    sch.vectorize(sch.split(col, [None, lanes])[-1])

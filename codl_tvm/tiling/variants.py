@@ -22,7 +22,7 @@ CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
                "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
-               "cpu_winograd_64x64", "cpu_even_tiles", "cpu_depthwise_vector_unpack")
+               "cpu_winograd_64x64", "cpu_even_tiles")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,10 +114,6 @@ class KernelVariants:
         4, 16 Winograd tiles on 32 registers 2 blocks of 8); off: as many as the registers
         hold, the last block padded with columns or tiles that are computed and dropped
         (7 columns: 2 blocks of 6, 12 computed; 16 tiles: 2 blocks of 14, 28 computed).
-    cpu_depthwise_vector_unpack : bool
-        On (the default): each task of the CPU's grouped/depthwise conv writes its output rows
-        (epilogue included) in SIMD vectors, the last of a row masked where the row fills no
-        whole vector; off: column by column, which LLVM left scalar.
     """
 
     gpu_conv: str = "tiled"
@@ -137,7 +133,6 @@ class KernelVariants:
     cpu_depthwise_phases: bool = True
     cpu_winograd_64x64: bool = True
     cpu_even_tiles: bool = True
-    cpu_depthwise_vector_unpack: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -218,8 +213,7 @@ BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
                           "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
-                          "cpu_winograd_64x64": False, "cpu_even_tiles": False,
-                          "cpu_depthwise_vector_unpack": False}
+                          "cpu_winograd_64x64": False, "cpu_even_tiles": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
