@@ -190,8 +190,11 @@ def measure(
 
 # Tensors the loaded modules of one chunk may hold at once: a VM keeps the last inputs and
 # outputs of every function it ran, so a profile that loaded all its modules before visiting
-# them (628 kernels of the default cpu-pair profile) outgrew a 24 GB machine
-MEMORY_BUDGET_BYTES = 2 << 30
+# them (628 kernels of the default cpu-pair profile) outgrew a 24 GB machine. The kernels'
+# own buffers (padded and packed copies, Winograd's transforms; the VM's allocator keeps
+# them) come on top of what :func:`job_bytes` counts: with 2 GiB a quick cpu-pair profile,
+# one chunk, peaked at 4.46 GB resident on a 2-core Zen 4 host, with 1 GiB at 2.88 GB
+MEMORY_BUDGET_BYTES = 1 << 30
 
 
 def job_bytes(job: Job) -> int:
