@@ -20,7 +20,7 @@ splits=$(python3 -c "import json; print(' '.join('$DIR/' + r['path'] + '/split'
   for r in json.load(open('$DIR/index.json'))['runs']))")
 measure() {  # $1: label, $2: SMs
   timeout 200 python3 benchmarks/split_breakdown.py run $DIR --json "$OUT/split-breakdown-$1.json" \
-    --sms "$2" 2>&1 | tee "$OUT/split-breakdown-$1.log" || echo "breakdown $1 failed"
+    --sms "$2" --rounds 7 2>&1 | tee "$OUT/split-breakdown-$1.log" || echo "breakdown $1 failed"
   # shellcheck disable=SC2086  # one artifact per word
   timeout 120 python3 benchmarks/trace_split.py --vm-calls $splits > "$OUT/split-traces-$1.txt" 2>&1 \
     || echo "traces $1 failed"

@@ -7,10 +7,11 @@ builds such splits of YOLO-V2's convs, with their CPU part and GPU part as convs
 
 - each artifact's latency, interleaved rounds (``Runner.time``);
 - every call the Relax VM makes in the split and in the CPU part alone (the VM's
-  instrument, :func:`codl_tvm.profiler.vm_calls`): the CPU kernels inside the split against
-  the same kernels alone, the host's waits for copies, the VM's own calls;
-- the CPU part alone with its input fresh from a DMA before each call (a copy from the GPU
-  into pinned memory, as in the split) against the same input already in the caches.
+  instrument): the CPU kernels inside the split against the same kernels alone, the host's
+  waits for copies, the VM's own calls;
+- the CPU part alone with its input in the caches from the call before (as the suite and the
+  profiler time it), fresh from a DMA before each call (a copy from the GPU into pinned
+  memory, as in the split), and that while the GPU part runs (:data:`CONDITIONS`).
 
 Build here (full TVM), run there (runtime-only TVM)::
 
@@ -56,11 +57,16 @@ CASES = (("104x104x128-64-k1s1", "H@0.7"), ("104x104x128-64-k1s1", "H@0.6923"),
          ("26x26x512-256-k1s1", "OC@0.6875"), ("13x13x1024-125-k1s1", "H@0.9"),
          ("52x52x128-256-k3s1", "H@0.7"), ("416x416x3-32-k3s1", "OC@0.875"),
          ("104x104x64-128-k3s1", "H@0.8"))
+# twins of the split and its CPU part built with other kernel variants (1x1 convs only): the
+# CPU's 1x1 GEMM packed (its input copied into panels, its result unpacked) where its pixels
+# would let it run in place
+TWINS = {"packed": {"cpu_gemm_in_place": False}}
 KERNEL_DEVICE = re.compile(r"_d(\d+)$")  # a kernel's name ends in its device's index
 
 
 def build(args: argparse.Namespace) -> None:
     import codl_tvm
+    from codl_tvm.tiling.variants import use_variants
 
     pair = (codl_tvm.DevicePair("x86-cuda", H100_CPU, H100_GPU) if args.pair == "h100"
             else codl_tvm.DevicePair.preset(args.pair))
@@ -77,12 +83,23 @@ def build(args: argparse.Namespace) -> None:
         case = f"{name}/{split.replace('@', '_')}"
         arts = {"split": exe, **{f"{role}-only": codl_tvm.compile(mod, pair, codl_tvm.Plan.single(
             mod, role)) for role in ("cpu", "gpu")}}
-        for role, sub in (part_modules(s, dim, exe.manifest["staging"]) or {}).items():
+        parts = part_modules(s, dim, exe.manifest["staging"]) or {}
+        for role, sub in parts.items():
             sub = codl_tvm.load_model(sub)
             arts[f"{role}-part"] = codl_tvm.compile(sub, pair, codl_tvm.Plan.single(sub, role))
+        for twin, changes in TWINS.items() if s["kh"] == 1 else ():
+            with use_variants(**changes), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                arts[f"split/{twin}"] = codl_tvm.compile(
+                    mod, pair, codl_tvm.Plan.uniform(mod, dim, float(ratio)), **SPLIT_OPTIONS)
+                if "cpu" in parts:
+                    sub = codl_tvm.load_model(parts["cpu"])
+                    arts[f"cpu-part/{twin}"] = codl_tvm.compile(sub, pair,
+                                                                codl_tvm.Plan.single(sub, "cpu"))
         for what, art in arts.items():
-            art.export(out / case / what, weights=False)
-        runs.append({"shape": name, "split": split, "path": case, "artifacts": list(arts)})
+            art.export(out / case / what.replace("/", "_"), weights=False)
+        runs.append({"shape": name, "split": split, "path": case,
+                     "artifacts": {a: a.replace("/", "_") for a in arts}})
         print(f"{case}: {', '.join(arts)}", flush=True)
     (out / "index.json").write_text(json.dumps({"pair": pair.to_json(), "runs": runs}, indent=1))
 
@@ -102,58 +119,84 @@ def call_kind(name: str) -> str:
 
 def calls_by_kind(calls: dict) -> dict[str, float]:
     kinds: dict[str, float] = {}
-    for name, c in calls.items():
+    for name, us in calls.items():
         k = call_kind(name)
-        kinds[k] = kinds.get(k, 0.0) + c["us"]
+        kinds[k] = kinds.get(k, 0.0) + us
     return kinds
 
 
 def instrumented(runner, inputs: dict, runs: int) -> dict:
-    """Per-call microseconds (:func:`vm_calls`) and the instrumented run's host time."""
-    from codl_tvm.profiler.vm_calls import vm_calls
-
+    """Per call name, the median over ``runs`` runs of its microseconds in a run (the VM's
+    instrument, which adds a microsecond or two to each call), and the instrumented run's
+    median host time."""
     args = runner._args(inputs)
     main, dev = runner.vm["main"], runner.devices[0]
     main(*args)
     dev.sync()
-    wall: list[float] = []
+    per_run: list[dict[str, float]] = []
+    started: dict[str, float] = {}
 
-    def once() -> None:
-        t = time.perf_counter()
-        main(*args)
-        dev.sync()
-        wall.append(time.perf_counter() - t)
+    def instrument(_func, name, before, _ret, *_args):
+        if before:
+            started[name] = time.perf_counter()
+        else:
+            spent = per_run[-1]
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - started[name]
+        return 0
 
-    calls = vm_calls(runner.vm, once, runs)
-    return {"calls": calls, "wall_us": 1e6 * float(np.median(wall))}
+    wall = []
+    runner.vm.set_instrument(instrument)
+    try:
+        for _ in range(runs):
+            per_run.append({})
+            t = time.perf_counter()
+            main(*args)
+            dev.sync()
+            wall.append(time.perf_counter() - t)
+    finally:
+        runner.vm.set_instrument(None)
+    names = dict.fromkeys(n for r in per_run for n in r)
+    return {"calls": {n: 1e6 * float(np.median([r.get(n, 0.0) for r in per_run]))
+                      for n in names},
+            "wall_us": 1e6 * float(np.median(wall))}
 
 
-def fresh_input(runner, inputs: dict, runs: int) -> dict:
-    """The CPU part alone: its input in pinned memory, written by a DMA from the GPU before
-    each call (``fresh_us``) or left in the caches from the call before (``warm_us``)."""
+# how the CPU part alone is called, each timed call in turn (the first: as the suite times it)
+CONDITIONS = ("warm", "fresh-input", "fresh-input+gpu-busy")
+
+
+def part_conditions(cpu_part, gpu_part, inputs: dict, gpu_inputs: dict, runs: int) -> dict:
+    """The CPU part alone, its call's host time (median us) with its input in the caches from
+    the call before (``warm``), written into pinned memory by a DMA from the GPU just before
+    (``fresh-input``, as a split's CPU part gets it), and that while the GPU part's kernels
+    run (``fresh-input+gpu-busy``: launched just before, waited for after)."""
     import tvm
 
     from codl_tvm.profiler.host_memory import host_tensor
 
-    (spec,) = runner.manifest["inputs"]
-    cpu, gpu = tvm.runtime.cpu(0), runner.devices[0]
-    cuda = runner.manifest["devices"][0][0] == "cuda"
-    pinned = host_tensor(spec["shape"], spec["dtype"], cpu, cuda)
+    (spec,) = cpu_part.manifest["inputs"]
+    gpu = cpu_part.devices[0]
+    cuda = cpu_part.manifest["devices"][0][0] == "cuda"
+    pinned = host_tensor(spec["shape"], spec["dtype"], tvm.runtime.cpu(0), cuda)
     source = tvm.runtime.tensor(inputs[spec["name"]], gpu)
     source.copyto(pinned)
     gpu.sync()
-    args = [pinned, *runner._args(inputs)[1:]]
-    main = runner.vm["main"]
-    fresh, warm = [], []
-    for i in range(2 * runs):
-        if i % 2 == 0:
-            source.copyto(pinned)
+    args = [pinned, *cpu_part._args(inputs)[1:]]
+    gpu_args = gpu_part._args(gpu_inputs)
+    main, gpu_main = cpu_part.vm["main"], gpu_part.vm["main"]
+    times: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    for _ in range(runs):
+        for c in CONDITIONS:
+            if c != "warm":
+                source.copyto(pinned)
+                gpu.sync()
+            if c.endswith("gpu-busy"):
+                gpu_main(*gpu_args)
+            t = time.perf_counter()
+            main(*args)
+            times[c].append(time.perf_counter() - t)
             gpu.sync()
-        t = time.perf_counter()
-        main(*args)
-        gpu.sync()
-        (fresh if i % 2 == 0 else warm).append(time.perf_counter() - t)
-    return {"fresh_us": 1e6 * float(np.median(fresh)), "warm_us": 1e6 * float(np.median(warm))}
+    return {c: 1e6 * float(np.median(ts)) for c, ts in times.items()}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -161,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
 
     root = Path(args.dir)
     index = json.loads((root / "index.json").read_text())
-    paths = [str(root / c["path"] / a) for c in index["runs"] for a in c["artifacts"]]
+    paths = [str(root / c["path"] / d) for c in index["runs"] for d in c["artifacts"].values()]
     t0 = time.time()
     # nvcc compiles each artifact's kernels at its first load: fill the cache in parallel
     # (spawn: a forked child cannot use CUDA once the parent has touched it)
@@ -170,7 +213,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"warmed {len(paths)} artifacts in {time.time() - t0:.0f} s", flush=True)
     rows = []
     for case in index["runs"]:
-        arts = {a: runtime.load(root / case["path"] / a) for a in case["artifacts"]}
+        arts = {a: runtime.load(root / case["path"] / d) for a, d in case["artifacts"].items()}
         inputs = {a: r.random_inputs(seed=1) for a, r in arts.items()}
         times: dict[str, list[float]] = {a: [] for a in arts}
         for _ in range(args.rounds):
@@ -179,13 +222,15 @@ def run(args: argparse.Namespace) -> None:
         row = {"shape": case["shape"], "split": case["split"],
                "latency_us": {a: 1e6 * float(np.median(t)) for a, t in times.items()},
                "vm_calls": {}}
-        for a in ("split", "cpu-part"):
+        for a in [a for a in arts if a.startswith(("split", "cpu-part"))]:
             if a in arts:
                 got = instrumented(arts[a], inputs[a], args.runs)
                 got["by_kind_us"] = calls_by_kind(got["calls"])
                 row["vm_calls"][a] = got
-        if "cpu-part" in arts:
-            row["cpu_part_input"] = fresh_input(arts["cpu-part"], inputs["cpu-part"], args.runs)
+        row["cpu_part_us"] = {
+            a: part_conditions(arts[a], arts["gpu-part"], inputs[a], inputs["gpu-part"],
+                               args.runs)
+            for a in arts if a.startswith("cpu-part") and "gpu-part" in arts}
         rows.append(row)
         print_row(row)
     doc = {"sms": int(args.sms) if args.sms.isdigit() else args.sms, "rows": rows,
@@ -206,12 +251,14 @@ def print_row(row: dict) -> None:
     for k in kinds:
         print(f"   {k:11s} split {split['by_kind_us'].get(k, 0.0):8.1f} us   "
               f"cpu part alone {part.get('by_kind_us', {}).get(k, 0.0):8.1f} us")
-    for name, c in sorted(split["calls"].items(), key=lambda kv: -kv[1]["us"])[:8]:
-        print(f"     {c['us']:8.1f} us x{c['calls']:<3d} {name[:70]}")
-    if "cpu_part_input" in row:
-        fresh = row["cpu_part_input"]
-        print(f"   cpu part alone, input fresh from a DMA {fresh['fresh_us']:.1f} us, "
-              f"in the caches {fresh['warm_us']:.1f} us")
+    for name, us in sorted(split["calls"].items(), key=lambda kv: -kv[1])[:8]:
+        print(f"     {us:8.1f} us  {name[:70]}")
+    for a, got in row["vm_calls"].items():
+        if "/" in a:
+            print(f"   {a}: cpu-kernel {got['by_kind_us'].get('cpu-kernel', 0.0):.1f} us")
+    for a, conditions in row["cpu_part_us"].items():
+        print(f"   {a} alone, host time: " + ", ".join(
+            f"{c} {us:.1f} us" for c, us in conditions.items()))
 
 
 def main() -> None:
