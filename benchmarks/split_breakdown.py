@@ -126,38 +126,25 @@ def calls_by_kind(calls: dict) -> dict[str, float]:
 
 
 def instrumented(runner, inputs: dict, runs: int) -> dict:
-    """Per call name, the median over ``runs`` runs of its microseconds in a run (the VM's
-    instrument, which adds a microsecond or two to each call), and the instrumented run's
-    median host time."""
+    """Per call name, the median over ``runs`` runs of its microseconds in a run
+    (:func:`~codl_tvm.profiler.vm_calls.vm_calls`), and the instrumented run's median host
+    time."""
+    from codl_tvm.profiler.vm_calls import vm_calls
+
     args = runner._args(inputs)
     main, dev = runner.vm["main"], runner.devices[0]
     main(*args)
     dev.sync()
-    per_run: list[dict[str, float]] = []
-    started: dict[str, float] = {}
+    wall: list[float] = []
 
-    def instrument(_func, name, before, _ret, *_args):
-        if before:
-            started[name] = time.perf_counter()
-        else:
-            spent = per_run[-1]
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - started[name]
-        return 0
+    def once() -> None:
+        t = time.perf_counter()
+        main(*args)
+        dev.sync()
+        wall.append(time.perf_counter() - t)
 
-    wall = []
-    runner.vm.set_instrument(instrument)
-    try:
-        for _ in range(runs):
-            per_run.append({})
-            t = time.perf_counter()
-            main(*args)
-            dev.sync()
-            wall.append(time.perf_counter() - t)
-    finally:
-        runner.vm.set_instrument(None)
-    names = dict.fromkeys(n for r in per_run for n in r)
-    return {"calls": {n: 1e6 * float(np.median([r.get(n, 0.0) for r in per_run]))
-                      for n in names},
+    calls = vm_calls(runner.vm, once, runs)
+    return {"calls": {n: c["median_us"] for n, c in calls.items()},
             "wall_us": 1e6 * float(np.median(wall))}
 
 

@@ -27,6 +27,8 @@ def test_each_kernel_is_counted_once_per_run_with_its_shapes():
     kernels = {n: c for n, c in calls.items() if not n.startswith("vm.builtin")}
     assert kernels, calls
     assert all(c["calls"] == 1 and c["us"] > 0 for c in kernels.values())
+    # the median of 3 runs lies within their range, whose mean is "us"
+    assert all(0 < c["median_us"] <= 3 * c["us"] for c in calls.values())
     conv_call = next(c for n, c in kernels.items() if "conv2d" in n)
     assert conv_call["shapes"][0] == [1, 4, 6, 6]
     assert conv_call["shapes"][-1] == [1, 8, 6, 6]

@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 
 def vm_calls(vm: Any, run: Callable[[], Any], runs: int = 20) -> dict[str, dict[str, Any]]:
     """Microseconds and calls per run of each function ``vm`` calls while ``run()`` runs it
@@ -25,10 +27,13 @@ def vm_calls(vm: Any, run: Callable[[], Any], runs: int = 20) -> dict[str, dict[
     Returns
     -------
     dict
-        ``{name: {"us": float, "calls": int, "shapes": [[int, ...], ...]}}``; the instrument
-        adds a few microseconds to each call.
+        ``{name: {"us": float, "median_us": float, "calls": int, "shapes": [[int, ...],
+        ...]}}``: the mean and the median over the runs of its time in a run (the median
+        ignores the runs an interrupt slowed); the instrument adds a few microseconds to each
+        call.
     """
     spent: dict[str, float] = defaultdict(float)
+    per_run: list[dict[str, float]] = []
     calls: dict[str, int] = defaultdict(int)
     started: dict[str, float] = {}
     shapes: dict[str, list] = {}
@@ -38,15 +43,20 @@ def vm_calls(vm: Any, run: Callable[[], Any], runs: int = 20) -> dict[str, dict[
             shapes.setdefault(name, [list(a.shape) for a in args if hasattr(a, "shape")])
             started[name] = time.perf_counter()
         else:
-            spent[name] += time.perf_counter() - started[name]
+            took = time.perf_counter() - started[name]
+            spent[name] += took
+            per_run[-1][name] = per_run[-1].get(name, 0.0) + took
             calls[name] += 1
         return 0
 
     vm.set_instrument(instrument)
     try:
         for _ in range(runs):
+            per_run.append({})
             run()
     finally:
         vm.set_instrument(None)
-    return {n: {"us": 1e6 * s / runs, "calls": calls[n] // runs, "shapes": shapes[n]}
+    return {n: {"us": 1e6 * s / runs,
+                "median_us": 1e6 * float(np.median([r.get(n, 0.0) for r in per_run])),
+                "calls": calls[n] // runs, "shapes": shapes[n]}
             for n, s in spent.items()}
