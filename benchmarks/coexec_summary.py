@@ -122,14 +122,37 @@ def cpu_copies_ms(shape: dict, split: str, floor: list[dict]) -> float:
     return (bytes_in / gbps["d2h"] + bytes_out / gbps["h2d"]) / 1e6
 
 
+def copy_bound(shape: dict, cpu_ms: float, gpu_ms: float, floor: list[dict],
+               step: float = 0.005) -> tuple[float, str]:
+    """The fastest a split of ``shape`` can be where each part takes its share of its
+    processor's whole-op time and the CPU's copies move at the pinned bandwidth of ``floor``
+    (:func:`cpu_copies_ms`), nothing else added: the minimum over rows and channels and GPU
+    shares on a ``step`` grid of max(GPU part, CPU part + its copies), with its split; the
+    better single processor where no split beats it. The ideal counts no copies; this is
+    the ideal of a split over this bus."""
+    best = (min(cpu_ms, gpu_ms), "")
+    for dim in ("H", "OC"):
+        for i in range(1, round(1 / step)):
+            r = i * step
+            t = max(gpu_ms * r, cpu_ms * (1 - r)
+                    + cpu_copies_ms(shape, f"{dim}@{r}", floor))
+            if t < best[0]:
+                best = (t, f"{dim}@{r:g}")
+    return best
+
+
 def split_overhead(s: dict, shape: dict, floor: list[dict]) -> dict:
     """What the best split costs beyond its parts: split_ms - max(GPU part, CPU part + its
     copies at the pinned bandwidth of ``floor``). The parts are measured where they were built
     alone, else scaled from the single-processor times by share."""
-    gain = min(s["cpu_ms"], s["gpu_ms"]) - s["ideal_ms"]
-    shares = {"ideal_gain_share": gain / min(s["cpu_ms"], s["gpu_ms"]),
-              "gain_reached": ((min(s["cpu_ms"], s["gpu_ms"]) - s["split_ms"]) / gain
-                               if gain > 0 else None)}
+    single = min(s["cpu_ms"], s["gpu_ms"])
+    gain = single - s["ideal_ms"]
+    bound_ms, bound_split = copy_bound(shape, s["cpu_ms"], s["gpu_ms"], floor)
+    shares = {"ideal_gain_share": gain / single,
+              "gain_reached": (single - s["split_ms"]) / gain if gain > 0 else None,
+              # how much of the ideal gain a split can reach at all, its copies at the floor
+              "copy_bound_ms": bound_ms, "copy_bound_split": bound_split,
+              "copy_bound_gain_share": (single - bound_ms) / gain if gain > 0 else None}
     if s["best_split"] in s["measured_overhead_us"]:
         return {"overhead_us": s["measured_overhead_us"][s["best_split"]],
                 "overhead_from": "parts", **shares}

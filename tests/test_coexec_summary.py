@@ -46,3 +46,21 @@ def test_without_a_cuda_floor_copies_are_free_and_without_a_shape_nothing_is_mea
     assert summary.summarize(rows)["measured_overhead_us"] == {}
     assert summary.summarize(rows, SHAPE, [])["measured_overhead_us"]["OC@0.75"] == \
         pytest.approx(50.0)
+
+
+def test_the_copy_bound_is_the_ideal_when_copies_are_free_and_above_it_when_not():
+    summary = load_benchmark("coexec_summary")
+    cpu_ms, gpu_ms = 1.0, 0.5
+    ideal = 1 / (1 / cpu_ms + 1 / gpu_ms)
+    free, _ = summary.copy_bound(SHAPE, cpu_ms, gpu_ms, floor=[])  # no CUDA: copies free
+    assert free == pytest.approx(ideal, rel=0.01)
+    bound, split = summary.copy_bound(SHAPE, cpu_ms, gpu_ms, FLOOR)
+    assert ideal < bound < min(cpu_ms, gpu_ms)
+    # at the bound's share the CPU side, copies included, meets the GPU part
+    r = float(split.partition("@")[2])
+    cpu_side = cpu_ms * (1 - r) + summary.cpu_copies_ms(SHAPE, split, FLOOR)
+    assert max(gpu_ms * r, cpu_side) == pytest.approx(bound)
+    assert abs(gpu_ms * r - cpu_side) <= 0.005 * (cpu_ms + gpu_ms) + 1e-3
+    # a bus too slow for any split to pay leaves the better single processor
+    slow = [dict(f, gb_per_s=0.001) for f in FLOOR]
+    assert summary.copy_bound(SHAPE, cpu_ms, gpu_ms, slow) == (gpu_ms, "")
