@@ -210,10 +210,9 @@ def run(args: argparse.Namespace) -> None:
                "latency_us": {a: 1e6 * float(np.median(t)) for a, t in times.items()},
                "vm_calls": {}}
         for a in [a for a in arts if a.startswith(("split", "cpu-part"))]:
-            if a in arts:
-                got = instrumented(arts[a], inputs[a], args.runs)
-                got["by_kind_us"] = calls_by_kind(got["calls"])
-                row["vm_calls"][a] = got
+            got = instrumented(arts[a], inputs[a], args.runs)
+            got["by_kind_us"] = calls_by_kind(got["calls"])
+            row["vm_calls"][a] = got
         row["cpu_part_us"] = {
             a: part_conditions(arts[a], arts["gpu-part"], inputs[a], inputs["gpu-part"],
                                args.runs)
