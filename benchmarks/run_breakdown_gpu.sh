@@ -5,7 +5,7 @@
 #   ../shared/gpu/pack-tvm-runtime.sh .devcarry
 #   python benchmarks/split_breakdown.py build --out .devcarry/breakdown
 # There, from the repo root with .devcarry/tvm-runtime.tgz and .devcarry/breakdown carried:
-#   bash benchmarks/run_breakdown_gpu.sh [MPS_PERCENT (default 5)]
+#   [ON=edge|full] [DIR=BUILD] bash benchmarks/run_breakdown_gpu.sh [MPS_PERCENT (default 5)]
 # Writes split-breakdown-{full,edge}.json and split-traces-{full,edge}.txt to $OUT (the names
 # under benchmarks/results/).
 set -euo pipefail
@@ -15,7 +15,7 @@ mkdir -p "$OUT" /tmp/site
 tar xzf .devcarry/tvm-runtime.tgz -C /tmp/site
 export PYTHONPATH=/tmp/site:$PWD TVM_USE_RUNTIME_LIB=1 PYTHONUNBUFFERED=1
 export CODL_CUDA_CACHE=/tmp/codl-cuda-cache
-DIR=.devcarry/breakdown
+DIR=${DIR:-.devcarry/breakdown}
 splits=$(python3 -c "import json; print(' '.join('$DIR/' + r['path'] + '/split'
   for r in json.load(open('$DIR/index.json'))['runs']))")
 measure() {  # $1: label, $2: SMs
@@ -27,7 +27,9 @@ measure() {  # $1: label, $2: SMs
 }
 sms() { python3 -c 'import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)'; }
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/split-breakdown-machine.txt"
-measure full "$(sms)"
+ON=${ON:-both}
+[ "$ON" = edge ] || measure full "$(sms)"
+[ "$ON" != full ] || exit 0
 # shellcheck disable=SC2016  # expanded by the inner shell, after MPS has started
 OUT=$OUT bash benchmarks/edge_gpu.sh "$PCT" bash -c "$(declare -f measure); DIR=$DIR OUT=$OUT \
   splits='$splits' measure edge \$EDGE_SMS"

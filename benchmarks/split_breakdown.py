@@ -72,7 +72,8 @@ def build(args: argparse.Namespace) -> None:
             else codl_tvm.DevicePair.preset(args.pair))
     shapes = {shape_name(s): s for s in yolo_shapes()}
     out, runs = Path(args.out), []
-    for name, split in CASES[: args.cases]:
+    chosen = [c for c in CASES if not args.only or f"{c[0]}/{c[1]}" in args.only.split(",")]
+    for name, split in chosen[: args.cases]:
         s = shapes[name]
         mod = codl_tvm.load_model(conv_module(s))
         dim, _, ratio = split.partition("@")
@@ -255,6 +256,8 @@ def main() -> None:
     b.add_argument("--out", required=True)
     b.add_argument("--pair", default="h100", help="h100 (default) or a preset name")
     b.add_argument("--cases", type=int, help="only the first N cases")
+    b.add_argument("--only", help="only these cases, SHAPE/SPLIT separated by commas "
+                   "(e.g. 52x52x256-128-k1s1/H@0.7)")
     r = sub.add_parser("run")
     r.add_argument("dir")
     r.add_argument("--json", required=True)
