@@ -5,6 +5,8 @@ where their measured predicate says so."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 import hypothesis.strategies as st
 import pytest
@@ -177,10 +179,18 @@ def test_unpack_reads_each_packed_row_once(x, w, algorithm):
     assert blocking.algorithm == algorithm
     ocb = blocking.block_shape["oc"]
     sch = tvm.s_tir.Schedule(new)
-    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock("codl_unpack"))]
     oc, oh, ow = w[0], x[2], x[3]
-    assert [int(lp.extent) for lp in loops] == [-(-oc // ocb) * oh, ocb, ow]
+    # the row's columns are cut into vectors (cpu_vector_tails): each piece a block of its
+    # own, under a block that holds them all
+    names = re.findall(r'sblock\("(codl_unpack[^"]*)"\)', new.script())
+    (common,) = [n for n in names if n.endswith("_common")]
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock(common))]
+    assert [int(lp.extent) for lp in loops] == [-(-oc // ocb) * oh, ocb]
     assert loops[0].kind == tvm.tirx.ForKind.PARALLEL
+    pieces = [n for n in names if not n.endswith(("_common", "_partition"))]
+    columns = sum(math.prod(int(sch.get(lp).extent) for lp in sch.get_loops(sch.get_sblock(n)))
+                  for n in pieces)
+    assert columns == ow
     assert T.check_cpu(func, AVX512) <= TOL
 
 

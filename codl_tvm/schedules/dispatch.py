@@ -35,6 +35,7 @@ from . import (
     gpu_rules,
     gpu_winograd,
     prepack,
+    vectors,
 )
 from .analysis import REDUCE, OpInfo, analyze, matmul_dims
 from .blocking import Blocking
@@ -85,11 +86,19 @@ def _te_kernel(func, info, t, compute, schedule, last: str = "codl_unpack") -> S
     new = rebuild(func, info.main_block, compute, 2)
     sch = Schedule(new)
     blocking = schedule(sch)
-    inline_epilogue(sch, last)
+    _write_out(sch, last, t)
     if tiling.current_variants().cpu_prepack:
         prepack.offer(func, info.main_block, compute, schedule,
-                      lambda s: inline_epilogue(s, last))
+                      lambda s: _write_out(s, last, t))
     return sch.mod["main"], blocking
+
+
+def _write_out(sch: Schedule, last: str, t: TargetInfo) -> None:
+    """Inline the epilogue into the block ``last`` and vectorise its innermost loop where the
+    schedule left it serial (``KernelVariants.cpu_vector_tails``)."""
+    inline_epilogue(sch, last)
+    if tiling.current_variants().cpu_vector_tails:
+        vectors.vectorize_innermost(sch, last, t.lanes)
 
 
 def cpu_direct(func, info, _target, t, name) -> Scheduled:

@@ -22,7 +22,7 @@ CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
                "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
-               "cpu_winograd_64x64", "cpu_even_tiles")
+               "cpu_winograd_64x64", "cpu_even_tiles", "cpu_vector_tails")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +114,12 @@ class KernelVariants:
         4, 16 Winograd tiles on 32 registers 2 blocks of 8); off: as many as the registers
         hold, the last block padded with columns or tiles that are computed and dropped
         (7 columns: 2 blocks of 6, 12 computed; 16 tiles: 2 blocks of 14, 28 computed).
+    cpu_vector_tails : bool
+        On (the default): a CPU kernel's write-out loop (the unpack, its epilogue inlined)
+        whose extent the vector width does not divide is vectorised as whole vectors and
+        power-of-two tails (:func:`codl_tvm.schedules.vectors.vectorize_pieces`: a row of 14
+        columns on 16 lanes in vectors of 8, 4 and 2); off: it is left to LLVM, which
+        vectorised the loop around it with masked gathers and scatters on AVX-512.
     """
 
     gpu_conv: str = "tiled"
@@ -133,6 +139,7 @@ class KernelVariants:
     cpu_depthwise_phases: bool = True
     cpu_winograd_64x64: bool = True
     cpu_even_tiles: bool = True
+    cpu_vector_tails: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -213,7 +220,8 @@ BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_rows": False, "cpu_winograd_panels": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
                           "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
-                          "cpu_winograd_64x64": False, "cpu_even_tiles": False}
+                          "cpu_winograd_64x64": False, "cpu_even_tiles": False,
+                          "cpu_vector_tails": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
