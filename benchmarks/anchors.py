@@ -68,12 +68,14 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     proto = onnx.load(src["path"])
     inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     graph = am.graph_json(proto) if "zoo" in am.MODELS[name] else None  # for the replay
-    out = Path(args.out) / name
-    if out.exists():  # a folder of ours (an earlier build of this model) is rebuilt
-        if not (out / "meta.json").is_file():
-            raise SystemExit(f"{out} exists and is not an anchors build; choose another --out")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    final = Path(args.out) / name
+    if final.exists() and not (final / "meta.json").is_file():
+        raise SystemExit(f"{final} exists and is not an anchors build; choose another --out")
+    out = final.with_name(f".{name}.partial")  # renamed into place when complete
+    try:
+        out.mkdir(parents=True)
+    except FileExistsError:
+        raise SystemExit(f"{out} is left from a build that did not finish; remove it") from None
     external, embedded, offset = [], {}, 0
     for t in proto.graph.initializer:
         a = inits[t.name]
@@ -116,7 +118,19 @@ def build_model(name: str, args: argparse.Namespace, pair: Any, work: Path) -> d
     meta["torch"] = torch_side(name, src, graph, inits, index, lits)
     np.savez_compressed(out / "literals.npz", **lits)
     (out / "meta.json").write_text(json.dumps(meta) + "\n")
+    replace(out, final)
     return meta
+
+
+def replace(new: Path, final: Path) -> None:
+    """Move the complete build ``new`` to ``final``; an earlier build there (ours: it has a
+    ``meta.json``) is removed only once the new one is in place."""
+    old = final.with_name(f".{final.name}.old")
+    if final.exists():
+        final.rename(old)
+    new.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def torch_side(name: str, src: dict, graph: dict, inits: dict, index: Any, lits: dict) -> dict:
