@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import conv_variant_ab  # noqa: E402
+import depthwise_ab  # noqa: E402
 import kernel_ab  # noqa: E402
 
 # (IC, OC, input H = W, K, stride), padding K // 2
@@ -43,70 +44,19 @@ LABELS = tuple(VARIANTS)
 ROUNDS = 7
 
 
-def depthwise(c: int, hw: int, stride: int):
-    from codl_tvm.schedules import testing as T
-
-    return T.conv2d_func((1, c, hw, hw), (c, 1, 3, 3), strides=stride, padding=1, groups=c,
-                         bias_relu=True)
-
-
 def build(spec: dict, folder: Path | None) -> list[dict]:
-    """The dense convs' cases (``conv_variant_ab.build``), then the depthwise convs'."""
-    import tvm
-
-    from codl_tvm.schedules import testing as T
-    from codl_tvm.tiling import use_variants
-
-    cases = conv_variant_ab.build(spec, folder, DENSE, VARIANTS)
-    target = tvm.target.Target(spec)
-    for c, hw, stride in DEPTHWISE:
-        func = depthwise(c, hw, stride)
-        case = {"depthwise": [c, hw, stride], "libs": {}, "rel_err": 0.0}
-        for name, changes in VARIANTS.items():
-            with use_variants(**changes):
-                case["rel_err"] = max(case["rel_err"], T.check_cpu(func, spec))
-                lib = T.build(T.schedule(func, target), target)
-            if folder is not None:
-                lib.export_library(str(folder / f"dw-{c}-{hw}-{stride}-{name}.so"))
-                lib = f"dw-{c}-{hw}-{stride}-{name}.so"
-            case["libs"][name] = lib
-        cases.append(case)
-    return cases
-
-
-def time_depthwise(cases: list[dict], folder: Path | None) -> list[dict]:
-    import tvm
-
-    dev, rows = tvm.cpu(), []
-    a, b = LABELS
-    print(f"\n| depthwise channels at HxW, stride | {a} us | {b} us | {a} / {b} | rel err |")
-    print("|---|---:|---:|---:|---:|")
-    for case in cases:
-        libs = {k: tvm.runtime.load_module(str(folder / v)) if folder is not None else v
-                for k, v in case["libs"].items()}
-        c, hw, stride = case["depthwise"]
-        rng = np.random.default_rng(0)
-        args = [tvm.runtime.tensor(rng.uniform(-1, 1, s).astype("float32"), dev)
-                for s in ((1, c, hw, hw), (c, 1, 3, 3), (1, c, 1, 1))]
-        oh = (hw - 1) // stride + 1
-        outs = {k: tvm.runtime.empty((1, c, oh, oh), "float32", dev) for k in libs}
-        for k, lib in libs.items():
-            lib["main"](*args, outs[k])
-        err = max(case["rel_err"], kernel_ab.rel_diff(outs[b].numpy(), outs[a].numpy()))
-        us = kernel_ab.interleaved_us({k: (lib, [*args, outs[k]]) for k, lib in libs.items()},
-                                      ROUNDS)
-        rows.append({"ic": c, "oc": c, "hw": hw, "k": 3, "stride": stride,
-                     "rule": "depthwise-direct", f"{a}_us": us[a], f"{b}_us": us[b],
-                     "ratio": us[a] / us[b], "rel_err": err})
-        print(f"| {c} at {hw}x{hw}, {stride} | {us[a]:.1f} | {us[b]:.1f} | "
-              f"{us[a] / us[b]:.2f} | {err:.1e} |")
-    return rows
+    """The dense convs' cases (``conv_variant_ab``), then the depthwise ones
+    (``depthwise_ab``)."""
+    return (conv_variant_ab.build(spec, folder, DENSE, VARIANTS)
+            + depthwise_ab.build(spec, folder, DEPTHWISE, VARIANTS))
 
 
 def time_cases(cases: list[dict], folder: Path | None) -> list[dict]:
     dense = [c for c in cases if "depthwise" not in c]
     rows = conv_variant_ab.time_cases(dense, folder, LABELS, ROUNDS)
-    rows += time_depthwise([c for c in cases if "depthwise" in c], folder)
+    print()
+    rows += depthwise_ab.time_cases([c for c in cases if "depthwise" in c], folder, LABELS,
+                                    ROUNDS)
     ratios = [r["ratio"] for r in rows]
     print(f"\ngeometric mean {LABELS[0]} / {LABELS[1]}: "
           f"{float(np.exp(np.mean(np.log(ratios)))):.2f} over {len(rows)} kernels")
