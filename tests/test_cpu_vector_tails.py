@@ -7,6 +7,7 @@ takes."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 from tvm import tirx
 from tvm.s_tir import Schedule
@@ -121,3 +122,15 @@ def test_the_prepacked_kernel_vectorises_its_write_out_too():
                   row.name)
     assert sorted(int(lp.extent) for lp in write_out_loops(box["kernel"])) == [2, 4, 8]
     Schedule(box["kernel"])
+
+
+@pytest.mark.parametrize("m, n, target", [
+    (3, 24, {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}),  # the tail inside a vector
+    (1, 1000, AVX512), (2, 1008, AVX512), (5, 37, ONE_CORE),
+])  # fmt: skip
+def test_a_matmul_whose_tail_part_the_pieces_straddle_equals_the_reference(m, n, target):
+    """The unpack picks each column from the main part or the tail part; where a piece of
+    whole vectors crosses the boundary, TVM reads that piece element by element, and the
+    result stays exact."""
+    func = T.matmul_func(m, 64, n, bias_relu=True)
+    assert T.check_cpu(func, target) <= TOL
