@@ -76,10 +76,11 @@ def test_variants_parse_and_round_trip():
                               "cpu_winograd_panels=off", "cpu_gemm_fit=off",
                               "cpu_matmul_rows=off", "cpu_gemm_in_place=off",
                               "cpu_depthwise_phases=off", "cpu_winograd_64x64=off",
-                              "cpu_even_tiles=off", "cpu_vector_tails=off"])
+                              "cpu_even_tiles=off", "cpu_vector_tails=off",
+                              "cpu_gemv_panels=off"])
     assert v == KernelVariants("tiled-64", "always", False, "streamed", "dlight", False, False,
                                False, False, False, False, False, False, False, False, False,
-                               False, False)
+                               False, False, False)
     assert KernelVariants.from_json(json.loads(json.dumps(v.to_json()))) == v
     assert KernelVariants.from_json(None) == KernelVariants() and KernelVariants().is_default
     assert v.describe() == ("gpu_conv=tiled-64,cpu_gemm=always,gpu_winograd=off,"
@@ -88,14 +89,14 @@ def test_variants_parse_and_round_trip():
                             "cpu_gemm_rows=off,cpu_winograd_panels=off,cpu_gemm_fit=off,"
                             "cpu_matmul_rows=off,cpu_gemm_in_place=off,"
                             "cpu_depthwise_phases=off,cpu_winograd_64x64=off,"
-                            "cpu_even_tiles=off,cpu_vector_tails=off")
+                            "cpu_even_tiles=off,cpu_vector_tails=off,cpu_gemv_panels=off")
     for bad in (["gpu_conv=nope"], ["cpu_gemm=sometimes"], ["gpu_winograd=maybe"], ["x=1"],
                 ["gpu_conv"], ["cpu_matmul=tiled"], ["gpu_matmul=packed"], ["gpu_prefetch=maybe"],
                 ["cpu_prepack=later"], ["cpu_fast_math=approx"], ["cpu_depthwise_blocks=2"],
                 ["cpu_gemm_rows=wide"], ["cpu_winograd_panels=2"], ["cpu_gemm_fit=tight"],
                 ["cpu_matmul_rows=6"], ["cpu_gemm_in_place=maybe"],
                 ["cpu_depthwise_phases=3"], ["cpu_winograd_64x64=128"],
-                ["cpu_even_tiles=8"], ["cpu_vector_tails=16"]):
+                ["cpu_even_tiles=8"], ["cpu_vector_tails=16"], ["cpu_gemv_panels=64"]):
         with pytest.raises(ValueError):
             KernelVariants.parse(bad)
     with pytest.raises(ValueError, match="unknown kernel variants"):
@@ -181,7 +182,8 @@ def test_predictor_records_the_variants_of_its_samples(tmp_path):
                                         "cpu_depthwise_phases": True,
                                         "cpu_winograd_64x64": True,
                                         "cpu_even_tiles": True,
-                                        "cpu_vector_tails": True}
+                                        "cpu_vector_tails": True,
+                                        "cpu_gemv_panels": True}
     back = load(tmp_path / "p.json")
     assert back.machine_.variants == always and back.algorithm("cpu", K1S2) == "gemm-1x1"
     shipped = load(DATA_DIR / "predictor-x86-cuda.json")  # no "variants": those of its day
@@ -195,7 +197,8 @@ def test_predictor_records_the_variants_of_its_samples(tmp_path):
                                                        cpu_depthwise_phases=False,
                                                        cpu_winograd_64x64=False,
                                                        cpu_even_tiles=False,
-                                                       cpu_vector_tails=False)
+                                                       cpu_vector_tails=False,
+                                                       cpu_gemv_panels=False)
     assert shipped.algorithm("cpu", K1S2) == "direct-nchwc"
 
 

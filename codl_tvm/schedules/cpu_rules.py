@@ -138,6 +138,41 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
     return WeightPacked(pack, lambda a, p: dense(a, lambda r, j: p[j // nr, r, j % nr]))
 
 
+def gemv_panel(t: TargetInfo) -> int:
+    """Columns of one weight panel of the GEMV that reads a weight packed at load
+    (``KernelVariants.cpu_gemv_panels``): the packed matmul's widest panel."""
+    widths = NARROW_PANEL_VECTORS if _narrow(t) else PANEL_VECTORS
+    return widths[0] * t.lanes
+
+
+def gemv_panel_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...]):
+    """The GEMV's version for a constant weight: the weight in ``(ceil(N / nr), K, nr)``
+    panels, zero columns past N, so a task streams one contiguous panel (the streamed GEMV
+    reads a run of every weight row: ``(K, N)``); only :mod:`.prepack`'s version is used, as
+    packing on every call would cost more than the product."""
+    nr = gemv_panel(t)
+    padded = math.ceil(n / nr) * nr
+
+    def pack(b: te.Tensor) -> te.Tensor:
+        return te.compute((padded // nr, k, nr), lambda jo, r, ji: tirx.if_then_else(
+            jo * nr + ji < n, b[r, jo * nr + ji], tirx.const(0.0, b.dtype)), name="codl_wpack")
+
+    def body(a: te.Tensor, p: te.Tensor) -> te.Tensor:
+        r = te.reduce_axis((0, k), name="k")
+        main = te.compute((m, padded), lambda i, j: te.sum(
+            a[(*unravel(i, rows), r)] * p[j // nr, r, j % nr], axis=r), name="codl_mm_main")
+        return _unpack((*rows, n), [main], padded, lambda lead: (ravel(lead, rows),))
+
+    return WeightPacked(pack, body)
+
+
+def schedule_gemv_panels(sch: Schedule, m: int, n: int, t: TargetInfo, rule: str,
+                         lead: int) -> Blocking:
+    """:func:`gemv_panel_compute`'s kernel, tiled as the packed matmul's."""
+    nr = gemv_panel(t)
+    return _schedule_packed(sch, m, math.ceil(n / nr) * nr, nr, t, rule, lead, 1)
+
+
 def batched_matmul_compute(batch: tuple[int, ...], m: int, k: int, n: int, t: TargetInfo):
     """``build(a, b) -> out``: one (M, K) x (K, N) matmul per index of the ``batch`` axes both
     operands lead with (attention's Q K^T and P V), parts as :func:`matmul_compute`'s."""

@@ -157,10 +157,20 @@ def cpu_matmul(func, info, _target, t, name) -> Scheduled:
                                                   math.prod(lead)),
         )
     rows = math.prod(lead) * m  # batch axes in front of a 2-D weight are more rows
-    return _te_kernel(
+    scheduled = _te_kernel(
         func, info, t, cpu_rules.matmul_compute(rows, k, n, t, (*lead, m)),
         lambda sch: cpu_rules.schedule_matmul(sch, rows, k, n, t, name, len(lead)),
     )
+    variants = tiling.current_variants()
+    if rows <= GEMV_MAX_ROWS and variants.cpu_gemv_panels and variants.cpu_prepack:
+        # the GEMV streams its weight as it is; its version for a constant weight reads it
+        # packed into panels at load
+        prepack.offer(func, info.main_block,
+                      cpu_rules.gemv_panel_compute(rows, k, n, t, (*lead, m)),
+                      lambda sch: cpu_rules.schedule_gemv_panels(sch, rows, n, t, name,
+                                                                 len(lead)),
+                      lambda s: _write_out(s, "codl_unpack", t))
+    return scheduled
 
 
 def cpu_pool(func, info, _target, t, name) -> Scheduled:

@@ -22,7 +22,8 @@ CPU_MATMUL_CHOICES = ("packed", "streamed")
 BOOL_FIELDS = ("gpu_winograd", "gpu_prefetch", "cpu_prepack", "cpu_fast_math",
                "cpu_depthwise_blocks", "cpu_gemm_rows", "cpu_winograd_panels", "cpu_gemm_fit",
                "cpu_matmul_rows", "cpu_gemm_in_place", "cpu_depthwise_phases",
-               "cpu_winograd_64x64", "cpu_even_tiles", "cpu_vector_tails")
+               "cpu_winograd_64x64", "cpu_even_tiles", "cpu_vector_tails",
+               "cpu_gemv_panels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,12 @@ class KernelVariants:
         power-of-two tails (:func:`codl_tvm.schedules.vectors.vectorize_pieces`: a row of 14
         columns on 16 lanes in vectors of 8, 4 and 2); off: it is left to LLVM, which
         vectorised the loop around it with masked gathers and scatters on AVX-512.
+    cpu_gemv_panels : bool
+        On (the default): a GEMV (at most ``GEMV_MAX_ROWS`` rows) whose weight is a constant
+        reads it packed at load into panels of the packed matmul's width, N padded to whole
+        panels (:func:`codl_tvm.schedules.cpu_rules.gemv_panel_compute`), so each task
+        streams one contiguous panel; off: it reads a run of every row of the ``(K, N)``
+        weight. A weight that is not a constant is streamed either way.
     """
 
     gpu_conv: str = "tiled"
@@ -140,6 +147,7 @@ class KernelVariants:
     cpu_winograd_64x64: bool = True
     cpu_even_tiles: bool = True
     cpu_vector_tails: bool = True
+    cpu_gemv_panels: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu_conv not in variant_names():
@@ -221,7 +229,7 @@ BEFORE: dict[str, Any] = {"cpu_prepack": False, "cpu_depthwise_blocks": False,
                           "cpu_gemm_fit": False, "cpu_matmul_rows": False,
                           "cpu_gemm_in_place": False, "cpu_depthwise_phases": False,
                           "cpu_winograd_64x64": False, "cpu_even_tiles": False,
-                          "cpu_vector_tails": False}
+                          "cpu_vector_tails": False, "cpu_gemv_panels": False}
 # the environment switches that chose these before; no longer read (``compile`` warns if set)
 OLD_ENV_SWITCHES = {"CODL_GPU_CONV": "gpu_conv", "CODL_CPU_GEMM": "cpu_gemm",
                     "CODL_GPU_WINOGRAD": "gpu_winograd"}  # fmt: skip
