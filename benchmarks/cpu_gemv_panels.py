@@ -39,28 +39,36 @@ def _func(m: int, k: int, n: int):
     return T.matmul_func(m, k, n, bias_relu=True)
 
 
-def build(spec: dict, folder: Path | None) -> list[dict]:
-    """Each shape's streamed kernel, and its panels' kernel and weight pass (exported to
-    ``folder`` if given), checked against the unscheduled PrimFunc here."""
-    import tvm
-
+def _panels(func, target) -> dict:
+    """``{"kernel", "pack"}``: the panels' version of the matmul rule's kernel for ``target``
+    and its weight pass (:mod:`codl_tvm.schedules.prepack`)."""
     from codl_tvm.schedules import prepack
-    from codl_tvm.schedules import testing as T
     from codl_tvm.schedules.analysis import analyze
     from codl_tvm.schedules.dispatch import RULES
     from codl_tvm.schedules.target_info import target_info
 
     (row,) = [r for r in RULES if r.name == "cpu-matmul"]
+    with prepack.capture() as box:
+        row.apply(func, analyze(func), target, target_info(target), row.name)
+    return dict(box)
+
+
+def build(spec: dict, folder: Path | None) -> list[dict]:
+    """Each shape's streamed kernel, and its panels' kernel and weight pass (exported to
+    ``folder`` if given), the panels checked against the unscheduled PrimFunc here."""
+    import tvm
+
+    from codl_tvm.schedules import testing as T
+
     target, cases = tvm.target.Target(spec), []
     here = tvm.target.Target(T.runnable_here(spec))
     for m, k, n in SHAPES:
         func = T.with_target(_func(m, k, n), target)
-        with prepack.capture() as box:
-            row.apply(func, analyze(func), target, target_info(target), row.name)
+        box = _panels(func, target)
         libs = {"streamed": T.build(T.schedule(func, target), target),
                 "panels": T.build(box["kernel"], target), "pack": T.build(box["pack"], target)}
         case = {"mkn": [m, k, n], "packed": [int(d) for d in box["kernel"].params[1].shape],
-                "rel_err": _check(func, here), "libs": libs}
+                "rel_err": _check(T.with_target(func, here), here), "libs": libs}
         if folder is not None:
             for name, lib in libs.items():
                 lib.export_library(str(folder / f"{m}-{k}-{n}-{name}.so"))
@@ -71,17 +79,9 @@ def build(spec: dict, folder: Path | None) -> list[dict]:
 
 def _check(func, here) -> float:
     """The panels' kernel on this host's CPU against the unscheduled PrimFunc."""
-
-    from codl_tvm.schedules import prepack
     from codl_tvm.schedules import testing as T
-    from codl_tvm.schedules.analysis import analyze
-    from codl_tvm.schedules.dispatch import RULES
-    from codl_tvm.schedules.target_info import target_info
 
-    (row,) = [r for r in RULES if r.name == "cpu-matmul"]
-    func = T.with_target(func, here)
-    with prepack.capture() as box:
-        row.apply(func, analyze(func), here, target_info(here), row.name)
+    box = _panels(func, here)
     args = T.random_args(func)
     want = T.run(T.build(func, here), func, args)
     got = _run_panels(T.build(box["kernel"], here), T.build(box["pack"], here),
