@@ -141,8 +141,7 @@ def matmul_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...] 
 def gemv_panel(t: TargetInfo) -> int:
     """Columns of one weight panel of the GEMV that reads a weight packed at load
     (``KernelVariants.cpu_gemv_panels``): the packed matmul's widest panel."""
-    widths = NARROW_PANEL_VECTORS if _narrow(t) else PANEL_VECTORS
-    return widths[0] * t.lanes
+    return _panel_vectors(t)[0] * t.lanes
 
 
 def gemv_panel_compute(m: int, k: int, n: int, t: TargetInfo, rows: tuple[int, ...]):
@@ -248,12 +247,17 @@ def schedule_matmul(sch: Schedule, m: int, k: int, n: int, t: TargetInfo, rule: 
 
 def packed_panel(m: int, n: int, t: TargetInfo) -> int:
     """Columns of one weight panel of the packed kernel (``KernelVariants.cpu_matmul``:
-    ``packed``, the default), or 0 for the streamed one: a GEMV streams (packing would cost as
-    much as the product), and N must be whole panels of two or four vectors."""
+    ``packed``, the default), or 0 for the streamed one: a GEMV streams (packing on every call
+    would cost as much as the product; its version for a constant weight reads panels packed
+    at load, :func:`gemv_panel_compute`), and N must be whole panels of two or four vectors."""
     if tiling.current_variants().cpu_matmul != "packed" or m <= tiling.GEMV_MAX_ROWS:
         return 0
-    widths = NARROW_PANEL_VECTORS if _narrow(t) else PANEL_VECTORS
-    return next((v * t.lanes for v in widths if n % (v * t.lanes) == 0), 0)
+    return next((v * t.lanes for v in _panel_vectors(t) if n % (v * t.lanes) == 0), 0)
+
+
+def _panel_vectors(t: TargetInfo) -> tuple[int, ...]:
+    """Widths of the packed matmul's weight panels, in SIMD vectors, widest first."""
+    return NARROW_PANEL_VECTORS if _narrow(t) else PANEL_VECTORS
 
 
 def packed_rows(m: int, t: TargetInfo) -> int:
